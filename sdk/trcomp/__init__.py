@@ -1,0 +1,46 @@
+"""trcomp: one switch that compiles SageMaker-style PyTorch training jobs.
+
+``import trcomp`` is cheap: the estimators (which import the SageMaker SDK) load
+on first use, and torch is never imported here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from trcomp._version import __version__
+from trcomp.config import TrainingCompilerConfig
+from trcomp.errors import (
+    CompilerConfigError,
+    CompilerConfigWarning,
+    HyperparameterLimitError,
+    LocalModeError,
+    TrcompError,
+    UnsupportedJobError,
+)
+
+if TYPE_CHECKING:
+    from trcomp.estimators import Estimator, HuggingFace, PyTorch
+
+__all__ = [
+    "CompilerConfigError",
+    "CompilerConfigWarning",
+    "Estimator",
+    "HuggingFace",
+    "HyperparameterLimitError",
+    "LocalModeError",
+    "PyTorch",
+    "TrainingCompilerConfig",
+    "TrcompError",
+    "UnsupportedJobError",
+    "__version__",
+]
+
+_LAZY = {"PyTorch", "HuggingFace", "Estimator"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module("trcomp.estimators"), name)
+    raise AttributeError(f"module 'trcomp' has no attribute {name!r}")

@@ -1,0 +1,273 @@
+"""Estimators that take ``compiler_config=``: ``PyTorch``, ``HuggingFace``, ``Estimator``.
+
+They are the SageMaker SDK v2 classes with three changes: the compiler config is
+validated in the constructor (nothing is uploaded before that), its
+hyperparameters and metric definitions are merged into the job, and the image
+defaults to trcomp's. ``instance_type="local_process"`` runs the job on this
+machine without Docker (see docs/local-mode.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from trcomp.session import quiet_sagemaker
+
+quiet_sagemaker()
+
+import sagemaker.estimator  # noqa: E402
+import sagemaker.huggingface  # noqa: E402
+import sagemaker.pytorch  # noqa: E402
+
+from trcomp.config import TrainingCompilerConfig  # noqa: E402
+from trcomp.distribution import distribution_hyperparameters  # noqa: E402
+from trcomp.errors import CompilerConfigError  # noqa: E402
+from trcomp.hyperparameters import check_limits  # noqa: E402
+from trcomp.images import (  # noqa: E402
+    DEFAULT_FRAMEWORK_VERSION,
+    device_for_instance,
+    local_image_uri,
+    remote_image_uri,
+)
+from trcomp.metrics import metric_definitions  # noqa: E402
+
+__all__ = ["PROCESS_MODE", "Estimator", "HuggingFace", "PyTorch", "as_trcomp_config"]
+
+logger = logging.getLogger("trcomp")
+
+PROCESS_MODE = "local_process"
+DOCKER_LOCAL_MODES = ("local", "local_gpu")
+DEFAULT_PY_VERSION = "py311"
+DEFAULT_TRANSFORMERS_VERSION = "4.57"
+# Stands in for the default image during the SDK's constructor; the real URI is
+# resolved on first use, because it needs the caller's account (an STS call).
+_DEFERRED_IMAGE = "trcomp-deferred-default-image"
+
+
+def as_trcomp_config(config: Any) -> TrainingCompilerConfig | None:
+    """Accept our config, the AWS SDK's ``TrainingCompilerConfig`` (converted), or None."""
+    if config is None or isinstance(config, TrainingCompilerConfig):
+        return config
+    if type(config).__module__.startswith("sagemaker.") and hasattr(config, "enabled"):
+        converted = TrainingCompilerConfig(
+            enabled=bool(config.enabled), debug=bool(getattr(config, "debug", False))
+        )
+        logger.info(
+            "converted %s.%s(enabled=%s, debug=%s) to trcomp.TrainingCompilerConfig; "
+            "import TrainingCompilerConfig from trcomp to use its other options",
+            type(config).__module__,
+            type(config).__name__,
+            converted.enabled,
+            converted.debug,
+        )
+        return converted
+    raise CompilerConfigError(
+        f"compiler_config must be a trcomp.TrainingCompilerConfig, got {type(config).__name__}: "
+        "build it with trcomp.TrainingCompilerConfig(...)"
+    )
+
+
+class _CompilerMixin:
+    """What the three estimators share; it sits before the SageMaker class in the MRO."""
+
+    _trcomp_config: TrainingCompilerConfig | None
+    _trcomp_image_is_default: bool
+    _trcomp_distribution: dict[str, Any]
+    _trcomp_image: str | None
+
+    def _trcomp_prepare(
+        self, compiler_config: Any, image_uri: str | None, kwargs: dict[str, Any]
+    ) -> str:
+        """Adjust constructor arguments before the SageMaker class sees them.
+
+        Returns the image URI to hand to the SageMaker constructor.
+        """
+        config = as_trcomp_config(compiler_config)
+        self._trcomp_config = config
+        self._trcomp_image_is_default = image_uri is None
+        instance_type = kwargs.get("instance_type")
+        if config is not None and config.enabled:
+            # Debugger and profiler hooks make compilers recompile; off unless asked for.
+            kwargs.setdefault("debugger_hook_config", False)
+            kwargs.setdefault("disable_profiler", True)
+            user_metrics = list(kwargs.get("metric_definitions") or [])
+            names = {m["Name"] for m in user_metrics}
+            kwargs["metric_definitions"] = user_metrics + [
+                m for m in metric_definitions() if m["Name"] not in names
+            ]
+        if kwargs.get("sagemaker_session") is None and instance_type in (
+            *DOCKER_LOCAL_MODES,
+            PROCESS_MODE,
+        ):
+            from trcomp.session import local_session
+
+            kwargs["sagemaker_session"] = local_session()
+        if image_uri is not None:
+            return image_uri
+        if instance_type in (*DOCKER_LOCAL_MODES, PROCESS_MODE):
+            return local_image_uri()
+        return _DEFERRED_IMAGE
+
+    def _trcomp_finish(self, distribution: dict[str, Any] | None) -> None:
+        """Validate once the SageMaker constructor has set every attribute."""
+        self._trcomp_distribution = dict(distribution or {})
+        # The SDK rewrites pytorchddp to smdistributed and refuses pytorchxla without
+        # its own config class; we keep the user's choice and launch it ourselves.
+        self.distribution = dict(distribution or {})
+        if self._trcomp_config is not None:
+            self._trcomp_config.validate_for(self)  # type: ignore[arg-type]
+        # Our config has the same _to_hyperparameter_dict() as the AWS one, so the
+        # SDK's Framework.hyperparameters() merges it as it merges theirs.
+        self.compiler_config = self._trcomp_config
+
+    # -- image ----------------------------------------------------------------
+
+    @property
+    def image_uri(self) -> str | None:
+        """The job's image: the one passed in, else trcomp's (resolved on first use)."""
+        image = self.__dict__.get("_trcomp_image")
+        if image != _DEFERRED_IMAGE:
+            return image
+        session = self.sagemaker_session  # type: ignore[attr-defined]
+        region = session.boto_region_name
+        account = session.account_id()
+        framework = getattr(self, "framework_version", None) or DEFAULT_FRAMEWORK_VERSION
+        device = device_for_instance(getattr(self, "instance_type", None))
+        resolved = remote_image_uri(region, account, framework, device)
+        self.__dict__["_trcomp_image"] = resolved
+        return resolved
+
+    @image_uri.setter
+    def image_uri(self, value: str | None) -> None:
+        self.__dict__["_trcomp_image"] = value
+
+    def training_image_uri(self, region: str | None = None) -> str:
+        """The image the job runs in (SageMaker calls this when it submits)."""
+        image = self.image_uri
+        assert image is not None
+        return image
+
+    # -- hyperparameters ----------------------------------------------------------
+
+    def hyperparameters(self) -> dict[str, str]:
+        """The job's hyperparameters, the compiler's included, checked against SageMaker's limits."""
+        encoded: dict[str, str] = super().hyperparameters()  # type: ignore[misc]
+        encoded.update(
+            distribution_hyperparameters(
+                self._trcomp_distribution, getattr(self, "instance_type", None)
+            )
+        )
+        if self._trcomp_config is not None:
+            encoded.update(self._trcomp_config.to_hyperparameters())
+        check_limits(encoded)
+        return encoded
+
+    # -- running ------------------------------------------------------------------
+
+    def fit(self, inputs: Any = None, wait: bool = True, logs: Any = "All", job_name: str | None = None, **kwargs: Any) -> Any:
+        """Run the job: SageMaker, Docker local mode, or process mode (``local_process``)."""
+        instance_type = getattr(self, "instance_type", None)
+        if instance_type == PROCESS_MODE:
+            from trcomp.local.process import run_process_job
+
+            return run_process_job(self, inputs, job_name=job_name, logs=logs, wait=wait)
+        parent_fit = super().fit  # type: ignore[misc]
+        if instance_type in DOCKER_LOCAL_MODES:
+            from trcomp.local.docker import docker_job
+
+            with docker_job(self):
+                return parent_fit(inputs, wait=wait, logs=logs, job_name=job_name, **kwargs)
+        from trcomp.remote import remote_errors
+
+        with remote_errors(self):
+            return parent_fit(inputs, wait=wait, logs=logs, job_name=job_name, **kwargs)
+
+
+class PyTorch(_CompilerMixin, sagemaker.pytorch.PyTorch):
+    """``sagemaker.pytorch.PyTorch`` with ``compiler_config=`` and trcomp's image.
+
+    ``framework_version`` defaults to 2.9.0 and ``py_version`` to py311, the
+    versions in trcomp's image.
+    """
+
+    def __init__(
+        self,
+        entry_point: str | None = None,
+        framework_version: str | None = DEFAULT_FRAMEWORK_VERSION,
+        py_version: str | None = DEFAULT_PY_VERSION,
+        source_dir: str | None = None,
+        hyperparameters: dict[str, Any] | None = None,
+        image_uri: str | None = None,
+        distribution: dict[str, Any] | None = None,
+        compiler_config: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        image = self._trcomp_prepare(compiler_config, image_uri, kwargs)
+        super().__init__(
+            entry_point=entry_point,
+            framework_version=framework_version,
+            py_version=py_version,
+            source_dir=source_dir,
+            hyperparameters=hyperparameters,
+            image_uri=image,
+            distribution=None,
+            compiler_config=None,
+            **kwargs,
+        )
+        self._trcomp_finish(distribution)
+
+
+class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):
+    """``sagemaker.huggingface.HuggingFace`` with ``compiler_config=`` and trcomp's image.
+
+    Versions default to those in trcomp's image (PyTorch 2.9.0, py311).
+    """
+
+    def __init__(
+        self,
+        entry_point: str,
+        py_version: str = DEFAULT_PY_VERSION,
+        transformers_version: str | None = DEFAULT_TRANSFORMERS_VERSION,
+        pytorch_version: str | None = DEFAULT_FRAMEWORK_VERSION,
+        source_dir: str | None = None,
+        hyperparameters: dict[str, Any] | None = None,
+        image_uri: str | None = None,
+        distribution: dict[str, Any] | None = None,
+        compiler_config: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        image = self._trcomp_prepare(compiler_config, image_uri, kwargs)
+        super().__init__(
+            py_version=py_version,
+            entry_point=entry_point,
+            transformers_version=transformers_version,
+            pytorch_version=pytorch_version,
+            source_dir=source_dir,
+            hyperparameters=hyperparameters,
+            image_uri=image,
+            distribution=None,
+            compiler_config=None,
+            **kwargs,
+        )
+        self.framework_version = pytorch_version
+        self._trcomp_finish(distribution)
+
+
+class Estimator(_CompilerMixin, sagemaker.estimator.Estimator):
+    """``sagemaker.estimator.Estimator`` (bring your own image) with ``compiler_config=``.
+
+    ``image_uri`` defaults to trcomp's image; pass your own image built
+    ``FROM`` it (or with trcomp installed and ``SAGEMAKER_TRAINING_MODULE`` set).
+    """
+
+    def __init__(
+        self,
+        image_uri: str | None = None,
+        compiler_config: Any = None,
+        distribution: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        image = self._trcomp_prepare(compiler_config, image_uri, kwargs)
+        super().__init__(image_uri=image, **kwargs)
+        self._trcomp_finish(distribution)

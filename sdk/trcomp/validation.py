@@ -1,0 +1,145 @@
+"""Checks of a compiler config against the estimator it is given to.
+
+They run in the estimator's constructor, before anything is uploaded. They only
+read the estimator's attributes: no network, no AWS calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from trcomp.errors import CompilerConfigWarning, UnsupportedJobError
+from trcomp.instances import describe_instance
+
+if TYPE_CHECKING:
+    from trcomp.config import TrainingCompilerConfig
+
+__all__ = ["ACCEPTED_DISTRIBUTIONS", "REFUSED_DISTRIBUTIONS", "enabled_distributions", "validate_job"]
+
+logger = logging.getLogger("trcomp")
+
+ACCEPTED_DISTRIBUTIONS = ("torch_distributed", "pytorchddp", "pytorchxla")
+REFUSED_DISTRIBUTIONS = {
+    "smdistributed": "SageMaker's data/model parallel libraries patch the model in ways the "
+    "compiler cannot trace; use distribution={'torch_distributed': {'enabled': True}}",
+    "mpi": "MPI launches are not supported with the compiler; use "
+    "distribution={'torch_distributed': {'enabled': True}}",
+}
+
+
+def enabled_distributions(distribution: Mapping[str, Any] | None) -> list[str]:
+    """The distribution strategies an estimator turns on (``{"enabled": False}`` is off)."""
+    names = []
+    for name, options in (distribution or {}).items():
+        if isinstance(options, Mapping) and options.get("enabled") is False:
+            continue
+        names.append(name)
+    return names
+
+
+def _warn(message: str, issued: list[str]) -> None:
+    warnings.warn(message, CompilerConfigWarning, stacklevel=4)
+    logger.warning(message)
+    issued.append(message)
+
+
+def _instance_types(estimator: Any) -> list[str]:
+    groups = getattr(estimator, "instance_groups", None) or []
+    if groups:
+        return [group.instance_type for group in groups]
+    instance_type = getattr(estimator, "instance_type", None)
+    return [instance_type] if instance_type else []
+
+
+def validate_job(config: TrainingCompilerConfig, estimator: Any) -> list[str]:
+    """Raise :class:`UnsupportedJobError` for what cannot work; warn for what may disappoint."""
+    issued: list[str] = []
+    if not config.enabled:
+        return issued
+    types = _instance_types(estimator)
+    if len(set(types)) > 1:
+        raise UnsupportedJobError(
+            f"heterogeneous instance_groups ({', '.join(sorted(set(types)))}) are not supported "
+            "with the training compiler: use one instance type for the whole job"
+        )
+    info = describe_instance(types[0]) if types else None
+    if info is not None:
+        _check_instance(config, estimator, info, issued)
+    _check_distribution(config, getattr(estimator, "distribution", None))
+    _check_observers(estimator, issued)
+    return issued
+
+
+def _check_instance(config: TrainingCompilerConfig, estimator: Any, info: Any, issued: list[str]) -> None:
+    if info.kind == "neuron":
+        raise UnsupportedJobError(
+            f"{info.instance_type} is an AWS Trainium/Inferentia instance, which has its own "
+            "compiler (the Neuron SDK); trcomp compiles for NVIDIA GPUs: choose a GPU instance "
+            "such as ml.g5.2xlarge, or drop compiler_config and use the Neuron containers"
+        )
+    if info.kind == "cpu":
+        _warn(
+            f"{info.instance_type} is a CPU instance: compilers rarely speed up CPU training. "
+            "The job will run, compiled; use it to find graph breaks, not for speed.",
+            issued,
+        )
+    elif info.kind == "unknown":
+        _warn(
+            f"trcomp does not know the instance family {info.family!r} ({info.instance_type}); "
+            "the job will run as on an NVIDIA GPU instance. If the family is new, add it to "
+            "trcomp.instances.FAMILIES.",
+            issued,
+        )
+    if config.backend == "xla" and info.has_nvidia_gpu:
+        if getattr(estimator, "_trcomp_image_is_default", True):
+            raise UnsupportedJobError(
+                f"backend='xla' cannot use the GPUs of {info.instance_type} with the default "
+                "trcomp image: torch-xla 2.9 has no CUDA support (it was removed in 2.9). Set "
+                "backend='inductor' (or 'auto'), or pass image_uri= an image with a "
+                "CUDA-enabled torch-xla build."
+            )
+        _warn(
+            f"backend='xla' on {info.instance_type} with image {estimator.image_uri}: this only "
+            "works if that image has a CUDA-enabled torch-xla; otherwise the job fails at start.",
+            issued,
+        )
+
+
+def _check_distribution(config: TrainingCompilerConfig, distribution: Any) -> None:
+    for name in enabled_distributions(distribution):
+        if name in REFUSED_DISTRIBUTIONS:
+            raise UnsupportedJobError(
+                f"distribution {name!r} is not supported with the training compiler: "
+                f"{REFUSED_DISTRIBUTIONS[name]}"
+            )
+        if name not in ACCEPTED_DISTRIBUTIONS:
+            raise UnsupportedJobError(
+                f"distribution {name!r} is not supported with the training compiler; it "
+                f"accepts {', '.join(ACCEPTED_DISTRIBUTIONS)}: use one of those"
+            )
+        if name == "pytorchxla" and config.backend != "xla":
+            raise UnsupportedJobError(
+                f"distribution 'pytorchxla' runs torch-xla workers, but the compiler backend is "
+                f"{config.backend!r}: set TrainingCompilerConfig(backend='xla'), or use "
+                "distribution={'torch_distributed': {'enabled': True}} with inductor"
+            )
+
+
+def _check_observers(estimator: Any, issued: list[str]) -> None:
+    debugger = getattr(estimator, "debugger_hook_config", None)
+    if debugger not in (None, False):
+        _warn(
+            "SageMaker Debugger is on: its hooks read tensors every step, which makes the "
+            "compiler recompile or break graphs. Pass debugger_hook_config=False.",
+            issued,
+        )
+    profiler = getattr(estimator, "profiler_config", None)
+    if profiler is not None and not getattr(estimator, "disable_profiler", False):
+        _warn(
+            "SageMaker Profiler is on: framework profiling adds hooks that make the compiler "
+            "recompile. Pass disable_profiler=True.",
+            issued,
+        )
