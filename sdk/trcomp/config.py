@@ -144,8 +144,9 @@ class TrainingCompilerConfig(BaseModel):
             }
             bad = [name for name, is_set in inductor_only.items() if is_set]
             if bad:
+                verb = "is" if len(bad) == 1 else "are"
                 raise ValueError(
-                    f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} only for backend='inductor' (torch.compile), "
+                    f"{', '.join(bad)} {verb} only for backend='inductor' (torch.compile), "
                     "but backend='xla' was chosen: drop them or set backend='inductor'"
                 )
         if self.backend == "inductor" and self.xla_flags:

@@ -103,6 +103,11 @@ class _CompilerMixin:
             from trcomp.session import local_session
 
             kwargs["sagemaker_session"] = local_session()
+        elif kwargs.get("sagemaker_session") is None:
+            # The SDK's Session, with STS calls that honour boto3's endpoint settings.
+            from trcomp.remote import remote_session
+
+            kwargs["sagemaker_session"] = remote_session()
         if image_uri is not None:
             return image_uri
         if instance_type in (*DOCKER_LOCAL_MODES, PROCESS_MODE):
@@ -151,7 +156,7 @@ class _CompilerMixin:
     # -- hyperparameters ----------------------------------------------------------
 
     def hyperparameters(self) -> dict[str, str]:
-        """The job's hyperparameters, the compiler's included, checked against SageMaker's limits."""
+        """The job's hyperparameters, the compiler's included, within SageMaker's limits."""
         encoded: dict[str, str] = super().hyperparameters()  # type: ignore[misc]
         encoded.update(
             distribution_hyperparameters(
@@ -165,7 +170,14 @@ class _CompilerMixin:
 
     # -- running ------------------------------------------------------------------
 
-    def fit(self, inputs: Any = None, wait: bool = True, logs: Any = "All", job_name: str | None = None, **kwargs: Any) -> Any:
+    def fit(
+        self,
+        inputs: Any = None,
+        wait: bool = True,
+        logs: Any = "All",
+        job_name: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Run the job: SageMaker, Docker local mode, or process mode (``local_process``)."""
         instance_type = getattr(self, "instance_type", None)
         if instance_type == PROCESS_MODE:
@@ -178,13 +190,14 @@ class _CompilerMixin:
 
             with docker_job(self):
                 return parent_fit(inputs, wait=wait, logs=logs, job_name=job_name, **kwargs)
-        from trcomp.remote import remote_errors
+        from trcomp.remote import prepare_remote_job, remote_errors
 
         with remote_errors(self):
+            prepare_remote_job(self)  # refuses leaked credentials; default checkpoint_s3_uri
             return parent_fit(inputs, wait=wait, logs=logs, job_name=job_name, **kwargs)
 
 
-class PyTorch(_CompilerMixin, sagemaker.pytorch.PyTorch):
+class PyTorch(_CompilerMixin, sagemaker.pytorch.PyTorch):  # type: ignore[misc]
     """``sagemaker.pytorch.PyTorch`` with ``compiler_config=`` and trcomp's image.
 
     ``framework_version`` defaults to 2.9.0 and ``py_version`` to py311, the
@@ -218,7 +231,7 @@ class PyTorch(_CompilerMixin, sagemaker.pytorch.PyTorch):
         self._trcomp_finish(distribution)
 
 
-class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):
+class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):  # type: ignore[misc]
     """``sagemaker.huggingface.HuggingFace`` with ``compiler_config=`` and trcomp's image.
 
     Versions default to those in trcomp's image (PyTorch 2.9.0, py311).
@@ -254,7 +267,7 @@ class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):
         self._trcomp_finish(distribution)
 
 
-class Estimator(_CompilerMixin, sagemaker.estimator.Estimator):
+class Estimator(_CompilerMixin, sagemaker.estimator.Estimator):  # type: ignore[misc]
     """``sagemaker.estimator.Estimator`` (bring your own image) with ``compiler_config=``.
 
     ``image_uri`` defaults to trcomp's image; pass your own image built

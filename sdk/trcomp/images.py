@@ -58,7 +58,9 @@ def remote_image_uri(
     if override:
         return override
     domain = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
-    return f"{account}.dkr.ecr.{region}.{domain}/{REPOSITORY}:{image_tag(framework_version, device)}"
+    return (
+        f"{account}.dkr.ecr.{region}.{domain}/{REPOSITORY}:{image_tag(framework_version, device)}"
+    )
 
 
 def local_image_uri() -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["FAMILIES", "InstanceKind", "InstanceInfo", "describe_instance"]
+__all__ = ["FAMILIES", "InstanceInfo", "InstanceKind", "describe_instance"]
 
 InstanceKind = Literal["gpu", "cpu", "neuron", "local", "local_gpu", "unknown"]
 
@@ -19,8 +19,22 @@ FAMILIES: dict[str, InstanceKind] = {
     ),
     **dict.fromkeys(
         [
-            "c4", "c5", "c5n", "c6i", "c6in", "c7i", "m4", "m5", "m5d", "m6i", "m7i",
-            "r5", "r5d", "r6i", "t2", "t3",
+            "c4",
+            "c5",
+            "c5n",
+            "c6i",
+            "c6in",
+            "c7i",
+            "m4",
+            "m5",
+            "m5d",
+            "m6i",
+            "m7i",
+            "r5",
+            "r5d",
+            "r6i",
+            "t2",
+            "t3",
         ],
         "cpu",
     ),

@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sagemaker.local import LocalSession
 
-__all__ = ["DEFAULT_REGION", "TELEMETRY_OPT_OUT", "local_session", "offline_region", "quiet_sagemaker"]
+__all__ = [
+    "DEFAULT_REGION",
+    "TELEMETRY_OPT_OUT",
+    "local_session",
+    "offline_region",
+    "quiet_sagemaker",
+]
 
 DEFAULT_REGION = "us-east-1"
 TELEMETRY_OPT_OUT: dict[str, Any] = {
@@ -43,6 +49,9 @@ def local_session(region: str | None = None) -> LocalSession:
     from sagemaker.local import LocalSession
 
     boto_session = boto3.Session(region_name=region or offline_region())
-    session = LocalSession(boto_session=boto_session, sagemaker_config=TELEMETRY_OPT_OUT)
+    session = LocalSession(boto_session=boto_session)
+    # Set after construction: passing it to the constructor validates it against the
+    # SDK's whole config schema, which takes seconds.
+    session.sagemaker_config = TELEMETRY_OPT_OUT
     session.config = {"local": {"local_code": True}}
     return session

@@ -17,7 +17,12 @@ from trcomp.instances import describe_instance
 if TYPE_CHECKING:
     from trcomp.config import TrainingCompilerConfig
 
-__all__ = ["ACCEPTED_DISTRIBUTIONS", "REFUSED_DISTRIBUTIONS", "enabled_distributions", "validate_job"]
+__all__ = [
+    "ACCEPTED_DISTRIBUTIONS",
+    "REFUSED_DISTRIBUTIONS",
+    "enabled_distributions",
+    "validate_job",
+]
 
 logger = logging.getLogger("trcomp")
 
@@ -73,7 +78,9 @@ def validate_job(config: TrainingCompilerConfig, estimator: Any) -> list[str]:
     return issued
 
 
-def _check_instance(config: TrainingCompilerConfig, estimator: Any, info: Any, issued: list[str]) -> None:
+def _check_instance(
+    config: TrainingCompilerConfig, estimator: Any, info: Any, issued: list[str]
+) -> None:
     if info.kind == "neuron":
         raise UnsupportedJobError(
             f"{info.instance_type} is an AWS Trainium/Inferentia instance, which has its own "
