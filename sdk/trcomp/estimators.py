@@ -168,6 +168,14 @@ class _CompilerMixin:
         check_limits(encoded)
         return encoded
 
+    @property
+    def model_data(self) -> Any:
+        """Where the model is: ``model.tar.gz`` of the last ``fit()``."""
+        job = self.__dict__.get("_trcomp_process_job")
+        if job is not None:
+            return job.model_data
+        return super().model_data  # type: ignore[misc]
+
     # -- running ------------------------------------------------------------------
 
     def fit(
