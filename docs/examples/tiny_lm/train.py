@@ -59,8 +59,11 @@ def main() -> None:
     step_model = runtime.compile(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
-    print(f"backend={runtime.backend() or 'eager'} device={device} params="
-          f"{sum(p.numel() for p in model.parameters())}", flush=True)
+    print(
+        f"backend={runtime.backend() or 'eager'} device={device} params="
+        f"{sum(p.numel() for p in model.parameters())}",
+        flush=True,
+    )
 
     started = time.monotonic()
     for step in range(args.steps):
@@ -73,8 +76,10 @@ def main() -> None:
         runtime.optimizer_step(optimizer)
         runtime.mark_step()
         if step % 10 == 0 or step == args.steps - 1:
-            print(f"step={step} loss={loss.item():.4f} elapsed_s={time.monotonic() - started:.1f}",
-                  flush=True)
+            print(
+                f"step={step} loss={loss.item():.4f} elapsed_s={time.monotonic() - started:.1f}",
+                flush=True,
+            )
 
     model_dir = Path(os.environ.get("SM_MODEL_DIR", "model"))
     runtime.save(model.state_dict(), model_dir / "model.pt")

@@ -72,8 +72,11 @@ def _channels(inputs: Any) -> dict[str, Path]:
         )
     channels = {}
     for name, value in inputs.items():
-        uri = getattr(value, "config", {}).get("DataSource", {}).get("S3DataSource", {}).get(
-            "S3Uri", value
+        uri = (
+            getattr(value, "config", {})
+            .get("DataSource", {})
+            .get("S3DataSource", {})
+            .get("S3Uri", value)
         )
         path = _local_path(str(uri), f"input channel {name!r}")
         if not path.exists():
@@ -144,7 +147,10 @@ def plan_process_job(
 
 
 def run_process_job(
-    estimator: Any, inputs: Any = None, job_name: str | None = None, logs: Any = "All",
+    estimator: Any,
+    inputs: Any = None,
+    job_name: str | None = None,
+    logs: Any = "All",
     wait: bool = True,
 ) -> ProcessJob:
     """Run the estimator's job in a subprocess; raise if it fails (as ``fit()`` does)."""
