@@ -8,6 +8,12 @@ from typing import Literal
 __all__ = ["FAMILIES", "InstanceInfo", "InstanceKind", "describe_instance"]
 
 InstanceKind = Literal["gpu", "cpu", "neuron", "local", "local_gpu", "unknown"]
+LOCAL_TYPES: dict[str, InstanceKind] = {
+    "local": "local",
+    "local_gpu": "local_gpu",
+    # process mode runs on this machine, like Docker local mode on CPU
+    "local_process": "local",
+}
 
 # family -> kind. NVIDIA GPU families pass; CPU families pass with a warning;
 # Neuron (Trainium, Inferentia) have their own compiler and are refused.
@@ -57,9 +63,9 @@ class InstanceInfo:
 
 
 def describe_instance(instance_type: str) -> InstanceInfo:
-    """Classify ``ml.g5.2xlarge``, ``local``, ``local_gpu`` and the like."""
-    if instance_type in ("local", "local_gpu"):
-        return InstanceInfo(instance_type, instance_type, instance_type)  # type: ignore[arg-type]
+    """Classify ``ml.g5.2xlarge``, ``local``, ``local_gpu``, ``local_process`` and the like."""
+    if instance_type in LOCAL_TYPES:
+        return InstanceInfo(instance_type, instance_type, LOCAL_TYPES[instance_type])
     parts = instance_type.split(".")
     family = parts[1] if len(parts) == 3 and parts[0] == "ml" else instance_type
     return InstanceInfo(instance_type, family, FAMILIES.get(family, "unknown"))

@@ -36,7 +36,7 @@ def test_gpu_families_pass_silently(offline_session, role, instance_type) -> Non
     quietly(make, offline_session, role, instance_type)
 
 
-@pytest.mark.parametrize("instance_type", ["local", "local_gpu"])
+@pytest.mark.parametrize("instance_type", ["local", "local_gpu", "local_process"])
 def test_local_modes_pass(role, instance_type) -> None:
     quietly(make, None, role, instance_type)
 
