@@ -1,38 +1,318 @@
-"""Context for errors that AWS returns when a job is submitted to SageMaker."""
+"""Submitting jobs to SageMaker: the session, what a remote job gets by default, AWS errors.
+
+Three things happen between ``estimator.fit()`` and SageMaker's CreateTrainingJob:
+
+- :class:`RemoteSession` is the estimators' default session. It is the SDK's
+  ``sagemaker.Session`` except that STS calls honour the endpoint configured for
+  boto3 (``AWS_ENDPOINT_URL_STS``, ``AWS_ENDPOINT_URL`` or ``endpoint_url`` in
+  ``~/.aws/config``); the SDK always calls the public regional STS endpoint,
+  which breaks VPC endpoints without internet, emulators and test doubles.
+- :func:`prepare_remote_job` refuses a job whose hyperparameters or environment
+  carry the caller's AWS credentials, and defaults ``checkpoint_s3_uri`` when
+  the compiler cache is on (see docs/remote.md, :func:`default_checkpoint_uri`).
+- :func:`remote_errors` re-raises AWS errors unchanged in type (``ClientError``
+  and friends), with what trcomp knows about the job added as a note.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import re
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import PurePosixPath
 from typing import Any
+from urllib.parse import urlparse
 
-__all__ = ["remote_errors"]
+from trcomp.errors import TrcompError
+from trcomp.session import quiet_sagemaker
 
+quiet_sagemaker()
+
+import sagemaker  # noqa: E402
+from sagemaker.s3_utils import s3_path_join  # noqa: E402
+from sagemaker.utils import sts_regional_endpoint  # noqa: E402
+
+__all__ = [
+    "CHECKPOINT_PREFIX",
+    "CredentialLeakError",
+    "RemoteSession",
+    "check_no_credentials",
+    "default_checkpoint_uri",
+    "describe_job",
+    "error_code",
+    "prepare_remote_job",
+    "remote_errors",
+    "remote_session",
+    "sts_client",
+]
+
+logger = logging.getLogger("trcomp")
+
+CHECKPOINT_PREFIX = "trcomp-checkpoints"
+"""Key prefix, in the session's default bucket, of the default checkpoint locations."""
+
+# Names that must never be sent as a job's environment or hyperparameters.
+_CREDENTIAL_NAMES = frozenset(
+    {"aws_access_key_id", "aws_secret_access_key", "aws_session_token", "aws_security_token"}
+)
+_AWS_DOMAINS = (".amazonaws.com", ".amazonaws.com.cn", ".api.aws")
+
+
+class CredentialLeakError(TrcompError):
+    """A job would carry the caller's AWS credentials in its hyperparameters or environment."""
+
+
+# -- session -------------------------------------------------------------------------
+
+
+def sts_client(boto_session: Any, config: Any = None) -> Any:
+    """An STS client for ``boto_session``'s region that honours a configured endpoint.
+
+    With no endpoint configured this is the regional endpoint the SageMaker SDK uses.
+    ``config`` is an optional ``botocore.config.Config`` (timeouts, retries).
+    """
+    region = boto_session.region_name
+    client = boto_session.client("sts", region_name=region, config=config)
+    host = urlparse(client.meta.endpoint_url).hostname or ""
+    if host.endswith(_AWS_DOMAINS):
+        client = boto_session.client(
+            "sts", region_name=region, endpoint_url=sts_regional_endpoint(region), config=config
+        )
+    return client
+
+
+class RemoteSession(sagemaker.Session):
+    """``sagemaker.Session`` whose STS calls (account, default bucket) honour boto3's endpoint."""
+
+    def account_id(self) -> str:
+        """The caller's AWS account id (STS GetCallerIdentity)."""
+        return str(sts_client(self.boto_session).get_caller_identity()["Account"])
+
+    def default_bucket(self) -> str:
+        """``sagemaker-{region}-{account}`` (created if missing) unless a bucket was configured."""
+        if self._default_bucket:
+            return str(self._default_bucket)
+        generated = not self._default_bucket_name_override
+        if generated:
+            self._default_bucket_name_override = (
+                f"sagemaker-{self.boto_region_name}-{self.account_id()}"
+            )
+        bucket = str(super().default_bucket())
+        # As the SDK does for the bucket it names: uploads then check the bucket's owner.
+        self._default_bucket_set_by_sdk = generated
+        return bucket
+
+
+def remote_session(boto_session: Any = None, **kwargs: Any) -> RemoteSession:
+    """The session a remote estimator gets when none is passed (keyword args go to the SDK)."""
+    return RemoteSession(boto_session=boto_session, **kwargs)
+
+
+# -- what a job gets -----------------------------------------------------------------
+
+
+def _key_part(text: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
+    return cleaned or "job"
+
+
+def default_checkpoint_uri(estimator: Any) -> str | None:
+    """Where a job's ``/opt/ml/checkpoints`` (and so its compile cache) is kept in S3.
+
+    ``None`` when the compiler or its cache is off, or the user set
+    ``checkpoint_s3_uri``. Otherwise ``s3://<default bucket>/[<default prefix>/]``
+    ``trcomp-checkpoints/[<base_job_name>/]<entry point stem>/``: stable across jobs
+    of the same script, so the next job starts with a warm cache.
+    Calls S3 and STS (the default bucket), so it runs at ``fit()``, never earlier.
+    """
+    config = getattr(estimator, "_trcomp_config", None)
+    if config is None or not config.enabled or not config.cache:
+        return None
+    if getattr(estimator, "checkpoint_s3_uri", None):
+        return None
+    session = estimator.sagemaker_session
+    entry_point = getattr(estimator, "entry_point", None)
+    stem = PurePosixPath(str(entry_point)).stem if entry_point else None
+    base = getattr(estimator, "base_job_name", None)
+    parts = [_key_part(p) for p in (base, stem) if p] or ["job"]
+    return str(
+        s3_path_join(
+            "s3://",
+            session.default_bucket(),
+            getattr(session, "default_bucket_prefix", None) or "",
+            CHECKPOINT_PREFIX,
+            *parts,
+            with_end_slash=True,
+        )
+    )
+
+
+def _credential_values(session: Any) -> list[str]:
+    boto_session = getattr(session, "boto_session", None)
+    credentials = boto_session.get_credentials() if boto_session is not None else None
+    if credentials is None:
+        return []
+    frozen = credentials.get_frozen_credentials()
+    return [v for v in (frozen.access_key, frozen.secret_key, frozen.token) if v and len(v) >= 8]
+
+
+def check_no_credentials(
+    hyperparameters: Mapping[str, Any], environment: Mapping[str, Any], secrets: list[str]
+) -> None:
+    """Raise :class:`CredentialLeakError` if a job would carry AWS credentials.
+
+    Looks for the credential variable names as keys and for the values in ``secrets``
+    (the caller's access key id, secret key and session token) inside any value. The
+    error names the key, never the value.
+    """
+    for where, mapping in (
+        ("hyperparameter", hyperparameters),
+        ("environment variable", environment),
+    ):
+        for key, value in mapping.items():
+            text = str(value)
+            if str(key).lower() in _CREDENTIAL_NAMES or any(s in text for s in secrets):
+                raise CredentialLeakError(
+                    f"{where} {key!r} holds AWS credentials; SageMaker stores hyperparameters "
+                    "and environment in clear text (DescribeTrainingJob shows them). Remove it: "
+                    "the job gets its AWS access from its execution role (role=)."
+                )
+
+
+def prepare_remote_job(estimator: Any) -> None:
+    """Check and complete an estimator before it is submitted to SageMaker.
+
+    Refuses credentials in hyperparameters and environment, then sets the default
+    ``checkpoint_s3_uri`` (:func:`default_checkpoint_uri`) when the cache is on.
+    """
+    check_no_credentials(
+        estimator.hyperparameters(),
+        getattr(estimator, "environment", None) or {},
+        _credential_values(estimator.sagemaker_session),
+    )
+    uri = default_checkpoint_uri(estimator)
+    if uri is not None:
+        logger.info("trcomp: compile cache kept at checkpoint_s3_uri=%s", uri)
+        estimator.checkpoint_s3_uri = uri
+
+
+# -- errors --------------------------------------------------------------------------
+
+_ACCESS_DENIED = frozenset({"AccessDenied", "AccessDeniedException"})
 _HINTS = {
-    "AccessDeniedException": "the caller may not create training jobs or pass this role: "
-    "check the IAM policy of your credentials (sagemaker:CreateTrainingJob, iam:PassRole)",
-    "AccessDenied": "the caller may not use this bucket: check the IAM policy of your credentials",
-    "ValidationException": "SageMaker refused the request: check role ARN, instance type and "
-    "image URI (push the image with `trcomp image push`)",
     "ResourceLimitExceeded": "the account's quota for this instance type is used up: request "
-    "a quota increase in Service Quotas or pick another instance type",
+    "an increase in Service Quotas (SageMaker, '<instance type> for training job usage') or "
+    "pick another instance type",
+    "ResourceInUse": "a job with this name exists already: pass another job_name",
     "ThrottlingException": "too many requests: retry later",
+    "ExpiredToken": "the session token expired: refresh your credentials (aws sso login, ...)",
+    "ExpiredTokenException": "the session token expired: refresh your credentials",
+    "UnrecognizedClientException": "AWS does not know these credentials: check AWS_PROFILE "
+    "and the access key",
+    "InvalidClientTokenId": "AWS does not know these credentials: check AWS_PROFILE and the "
+    "access key",
+    "NoSuchBucket": "the bucket does not exist: create it or pass another S3 location",
 }
+
+
+def error_code(error: Mapping[str, Any], status: int | None) -> str:
+    """The AWS error code; an HTTP status alone (an XML body botocore could not parse) is mapped."""
+    code = str(error.get("Code", ""))
+    if code.isdigit() or not code:
+        found = re.search(r"<Code>(\w+)</Code>", str(error.get("Message", "")))
+        if found:
+            return found.group(1)
+        if (status or (int(code) if code.isdigit() else 0)) == 403:
+            return "AccessDenied"
+    return code
+
+
+def _validation_hint(message: str) -> str:
+    lowered = message.lower()
+    if "role" in lowered or "assume" in lowered:
+        return (
+            "SageMaker cannot use the role: pass role= the ARN of an existing IAM role that "
+            "trusts sagemaker.amazonaws.com"
+        )
+    if "image" in lowered or "ecr" in lowered:
+        return (
+            "SageMaker cannot pull the image: push it to this account and region with "
+            "`trcomp image push --region R --account A`, or pass image_uri="
+        )
+    if "instance" in lowered:
+        return "SageMaker does not offer this instance type for training in this region"
+    return "SageMaker refused the request: the message above names the field"
+
+
+def _hint(code: str, message: str, operation: str) -> str:
+    if code == "ValidationException":
+        return _validation_hint(message)
+    if code in _ACCESS_DENIED:
+        if operation == "CreateTrainingJob":
+            return (
+                "your credentials may not create training jobs: allow "
+                "sagemaker:CreateTrainingJob, and iam:PassRole on the job's role"
+            )
+        return (
+            f"your credentials may not call {operation or 'this'}: check their IAM policy "
+            "(s3:PutObject/GetObject on the buckets, or pass code_location=/output_path= "
+            "to a bucket you may use)"
+        )
+    return _HINTS.get(code, "see the AWS error above")
+
+
+def describe_job(estimator: Any) -> str:
+    """One line naming the job being submitted: class, instances, role, image, region."""
+    session = getattr(estimator, "sagemaker_session", None)
+    region = getattr(session, "boto_region_name", None) or "?"
+    count = getattr(estimator, "instance_count", None) or 1
+    return (
+        f"{type(estimator).__name__} job on {count} x {getattr(estimator, 'instance_type', '?')} "
+        f"in {region}, role {getattr(estimator, 'role', '?')}, "
+        f"image {estimator.__dict__.get('_trcomp_image') or '(not resolved yet)'}"
+    )
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    if hasattr(exc, "add_note"):  # Python 3.11+
+        exc.add_note(note)
+    else:  # pragma: no cover - Python 3.10
+        logger.error("%s", note)
 
 
 @contextmanager
 def remote_errors(estimator: Any) -> Iterator[None]:
-    """Re-raise AWS errors unchanged in type, with what trcomp knows added as a note."""
-    from botocore.exceptions import ClientError
+    """Re-raise AWS errors unchanged in type, with the job and the next step added as a note."""
+    from boto3.exceptions import S3UploadFailedError
+    from botocore.exceptions import ClientError, NoCredentialsError, NoRegionError
 
     try:
         yield
     except ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code", "")
-        hint = _HINTS.get(code, "see the AWS error above")
-        exc.add_note(
-            f"trcomp: submitting {type(estimator).__name__} job on "
-            f"{getattr(estimator, 'instance_type', '?')} with image "
-            f"{estimator.__dict__.get('_trcomp_image')}: {hint}"
+        error = exc.response.get("Error", {})
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        code = error_code(error, status)
+        _add_note(
+            exc,
+            f"trcomp: {exc.operation_name} failed with {code} (HTTP {status or '?'}) while "
+            f"submitting {describe_job(estimator)}: "
+            f"{_hint(code, str(error.get('Message', '')), exc.operation_name)}",
+        )
+        raise
+    except S3UploadFailedError as exc:
+        code = "AccessDenied" if "AccessDenied" in str(exc) else ""
+        _add_note(
+            exc,
+            f"trcomp: uploading the source directory to S3 failed while submitting "
+            f"{describe_job(estimator)}: {_hint(code, str(exc), 'PutObject')}",
+        )
+        raise
+    except (NoCredentialsError, NoRegionError) as exc:
+        _add_note(
+            exc,
+            "trcomp: remote jobs need AWS credentials and a region: run `aws configure` or "
+            "set AWS_PROFILE / AWS_REGION; for a job on this machine use "
+            "instance_type='local_process' or 'local'",
         )
         raise
