@@ -27,3 +27,38 @@ lint: install
 
 clean:
 	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache
+
+# ---- Docker: engine, offline base image, training image, container tests ----
+# make image                      builds on the public CUDA PyTorch image (needs a registry)
+# make image OFFLINE=1            builds on trcomp-base:bookworm, made here with debootstrap
+# make image BASE_IMAGE=...       builds on any image with python3 (Debian/Ubuntu based)
+# make image EXTRA_CA_BUNDLE=f    trusts an extra CA bundle (TLS-inspecting proxies)
+BASE_TAG ?= trcomp-base:bookworm
+IMAGE_TAG ?= trcomp-training:latest
+ifeq ($(OFFLINE),1)
+BASE_IMAGE ?= $(BASE_TAG)
+endif
+BASE_IMAGE ?=
+EXTRA_CA_BUNDLE ?=
+
+docker-engine:
+	container/docker_engine.sh
+
+base-image: docker-engine
+	container/build_base.sh $(BASE_TAG)
+
+image: install docker-engine $(if $(filter $(BASE_TAG),$(BASE_IMAGE)),base-image)
+	BASE_IMAGE="$(BASE_IMAGE)" EXTRA_CA_BUNDLE="$(EXTRA_CA_BUNDLE)" \
+		$(PY) -m trcomp.image_build --tag $(IMAGE_TAG)
+
+test-container: install docker-engine
+	$(MAKE) image OFFLINE=1
+	$(PY) -m pytest -m container tests/docker
+
+# Full CPU benchmark: every reference workload, eager against each compiler, cold
+# and warm compile caches (about 12 minutes on 2 cores). Writes the numbers that
+# docs/benchmarks.md quotes. BENCH_ARGS adds options, e.g. BENCH_ARGS="--repeats 2".
+BENCH_OUT ?= docs/benchmarks
+bench: install
+	$(PY) -m trcomp.bench --json $(BENCH_OUT)/cpu.json --markdown $(BENCH_OUT)/cpu.md \
+		--png $(BENCH_OUT)/cpu.png $(BENCH_ARGS)

@@ -1,0 +1,278 @@
+"""Build the trcomp training image (``make image`` / ``trcomp image build``).
+
+The build context is staged in a temporary directory instead of sending the
+checkout (with its virtualenv) to the Docker daemon. It holds:
+
+- ``Dockerfile`` and ``entrypoint.sh`` from ``container/``;
+- ``requirements.txt``: what the container needs from the trcomp wheel's own
+  metadata (its base requirements and the ``container`` extra, minus the
+  SageMaker SDK, which only the client side uses). The Dockerfile installs it
+  in its heavy layer, which Docker reuses until the requirements change;
+- ``wheels/``: the trcomp wheel, built from the checkout, installed last so
+  that a code change rebuilds only the light layers;
+- ``extra-ca.pem``: an extra CA bundle to trust (empty unless given), for
+  builds behind a TLS-inspecting proxy.
+
+:func:`build_image` computes the ``docker build`` command (pure);
+:func:`stage_context` prepares the context; :func:`run_build` does both and
+runs Docker.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from trcomp.errors import LocalModeError
+from trcomp.images import LOCAL_IMAGE
+
+__all__ = [
+    "DEFAULT_BASE_IMAGE",
+    "OFFLINE_BASE_IMAGE",
+    "BuildResult",
+    "build_image",
+    "container_requirements",
+    "run_build",
+    "source_root",
+    "stage_context",
+]
+
+DEFAULT_BASE_IMAGE = "pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime"
+"""The public CUDA PyTorch image the Dockerfile builds on by default."""
+
+OFFLINE_BASE_IMAGE = "trcomp-base:bookworm"
+"""The Debian base built without a registry by ``container/build_base.sh``."""
+
+# The container never submits jobs: it does not need the SageMaker SDK and its
+# dependency tree (pandas, fastapi, ...).
+_CLIENT_ONLY = frozenset({"sagemaker"})
+_CONTEXT_FILES = ("Dockerfile", "entrypoint.sh")
+
+
+def build_image(
+    base_image: str | None,
+    tag: str = LOCAL_IMAGE,
+    context_dir: str | os.PathLike[str] = ".",
+    *,
+    no_cache: bool = False,
+    network: str = "host",
+    docker: str = "docker",
+) -> list[str]:
+    """The ``docker build`` command for the training image (pure: runs nothing).
+
+    ``base_image`` None keeps the Dockerfile's default (:data:`DEFAULT_BASE_IMAGE`).
+    ``network`` defaults to ``host``: pip inside the build reaches the package
+    index the way the host does, with no Docker bridge or NAT needed.
+    """
+    context = Path(context_dir)
+    # --force-rm: a failed step's container is removed too, not left behind.
+    cmd = [docker, "build", "--network", network, "--force-rm", "-t", tag,
+           "-f", str(context / "Dockerfile")]
+    if base_image:
+        cmd += ["--build-arg", f"BASE_IMAGE={base_image}"]
+    if no_cache:
+        cmd.append("--no-cache")
+    cmd.append(str(context))
+    return cmd
+
+
+def source_root(start: str | os.PathLike[str] | None = None) -> Path:
+    """The trcomp checkout holding ``container/Dockerfile`` (this file's, by default)."""
+    root = Path(start) if start else Path(__file__).resolve().parents[2]
+    if not (root / "container" / "Dockerfile").is_file():
+        raise LocalModeError(
+            f"no container/Dockerfile under {root}: building the image needs a checkout of "
+            "the trcomp repository. Run `trcomp image build --source PATH` from one."
+        )
+    return root
+
+
+def container_requirements(wheel: str | os.PathLike[str]) -> list[str]:
+    """The requirements the image installs for a trcomp wheel, read from its metadata.
+
+    Base requirements and the ``container`` extra, without the client-only SDK.
+    """
+    from packaging.requirements import Requirement
+
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = zf.read(name).decode()
+    requirements: list[str] = []
+    for line in metadata.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        req = Requirement(line.split(":", 1)[1].strip())
+        if req.name.lower() in _CLIENT_ONLY:
+            continue
+        if req.marker is not None and not req.marker.evaluate({"extra": "container"}):
+            continue
+        req.marker = None
+        requirements.append(str(req))
+    return requirements
+
+
+def _build_wheel(root: Path, out: Path) -> Path:
+    """Build the trcomp wheel from a clean copy, so the checkout gets no build/ or egg-info."""
+    with tempfile.TemporaryDirectory(prefix="trcomp-src-") as tmp:
+        src = Path(tmp)
+        shutil.copy2(root / "pyproject.toml", src)
+        readme = root / "README.md"
+        if readme.is_file():
+            shutil.copy2(readme, src)
+        else:  # setuptools refuses a missing readme
+            (src / "README.md").write_text("trcomp\n")
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+        shutil.copytree(root / "sdk", src / "sdk", ignore=ignore)
+        shutil.copytree(
+            root / "container" / "trcomp_container", src / "container" / "trcomp_container",
+            ignore=ignore,
+        )
+        cmd = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+               "-w", str(out), str(src)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise LocalModeError(
+                f"building the trcomp wheel failed (exit {proc.returncode}):\n"
+                f"{proc.stderr.strip()[-2000:]}\nFix the packaging error above and build again."
+            )
+    wheels = sorted(out.glob("trcomp-*.whl"))
+    if not wheels:
+        raise LocalModeError(f"pip wheel wrote no trcomp wheel to {out}; build again with -v.")
+    return wheels[-1]
+
+
+def stage_context(
+    dest: str | os.PathLike[str],
+    *,
+    root: str | os.PathLike[str] | None = None,
+    extra_ca_bundle: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Write the build context into ``dest`` (see the module docstring) and return it."""
+    src = source_root(root)
+    context = Path(dest)
+    (context / "wheels").mkdir(parents=True, exist_ok=True)
+    for name in _CONTEXT_FILES:
+        shutil.copy2(src / "container" / name, context / name)
+    wheel = _build_wheel(src, context / "wheels")
+    (context / "requirements.txt").write_text("\n".join(container_requirements(wheel)) + "\n")
+    ca = b""
+    if extra_ca_bundle:
+        ca_path = Path(extra_ca_bundle)
+        if not ca_path.is_file():
+            raise LocalModeError(
+                f"extra CA bundle {ca_path} does not exist; pass a PEM file "
+                "(e.g. /etc/ssl/certs/ca-certificates.crt)."
+            )
+        ca = ca_path.read_bytes()
+    (context / "extra-ca.pem").write_bytes(ca)
+    return context
+
+
+def _image_exists(docker: str, image: str) -> bool:
+    probe = subprocess.run([docker, "image", "inspect", image], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What :func:`run_build` did: the image tag, the command and its wall time."""
+
+    tag: str
+    command: list[str]
+    seconds: float
+
+
+@contextmanager
+def _context_dir(keep: str | os.PathLike[str] | None) -> Iterator[Path]:
+    if keep:
+        yield Path(keep)
+        return
+    with tempfile.TemporaryDirectory(prefix="trcomp-build-") as tmp:
+        yield Path(tmp)
+
+
+def run_build(
+    base_image: str | None = None,
+    tag: str = LOCAL_IMAGE,
+    *,
+    extra_ca_bundle: str | os.PathLike[str] | None = None,
+    root: str | os.PathLike[str] | None = None,
+    no_cache: bool = False,
+    context_dir: str | os.PathLike[str] | None = None,
+    extra_args: Sequence[str] = (),
+) -> BuildResult:
+    """Stage the context and run ``docker build``; Docker's output streams to the terminal.
+
+    Raises :class:`~trcomp.errors.LocalModeError` when Docker is missing or the
+    build fails.
+    """
+    docker = shutil.which("docker")
+    if docker is None:
+        raise LocalModeError(
+            "the docker CLI is not installed: building the image needs Docker. "
+            "Run `make docker-engine` (Debian/Ubuntu) or install Docker Engine."
+        )
+    base = base_image or DEFAULT_BASE_IMAGE
+    if base == OFFLINE_BASE_IMAGE and not _image_exists(docker, base):
+        raise LocalModeError(
+            f"the offline base image {base} is not built: run `make base-image` "
+            "(container/build_base.sh, needs root and debootstrap) first."
+        )
+    start = time.monotonic()
+    with _context_dir(context_dir) as ctx:
+        stage_context(ctx, root=root, extra_ca_bundle=extra_ca_bundle)
+        cmd = build_image(base_image, tag, ctx, no_cache=no_cache, docker=docker)
+        cmd[-1:-1] = list(extra_args)
+        # The classic builder: BuildKit needs the buildx plugin, which Debian's
+        # docker.io does not ship; the Dockerfile needs nothing BuildKit-only.
+        env = {**os.environ, "DOCKER_BUILDKIT": os.environ.get("DOCKER_BUILDKIT", "0")}
+        proc = subprocess.run(cmd, env=env, check=False)
+    if proc.returncode != 0:
+        if not _image_exists(docker, base):
+            raise LocalModeError(
+                f"`docker build` of {tag} could not get the base image {base} from its "
+                "registry (output above). Without a registry, build on the offline base: "
+                f"`make image OFFLINE=1` or `trcomp image build --base-image {OFFLINE_BASE_IMAGE}`."
+            )
+        raise LocalModeError(
+            f"`docker build` of {tag} failed (exit {proc.returncode}); its output is above. "
+            "Behind a TLS-inspecting proxy pass the proxy's CA bundle "
+            "(`trcomp image build --extra-ca-bundle FILE`, or EXTRA_CA_BUNDLE=FILE make image)."
+        )
+    return BuildResult(tag=tag, command=cmd, seconds=time.monotonic() - start)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m trcomp.image_build``: what ``make image`` runs."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m trcomp.image_build", description=__doc__)
+    parser.add_argument("--base-image", default=os.environ.get("BASE_IMAGE") or None)
+    parser.add_argument("--tag", default=LOCAL_IMAGE)
+    parser.add_argument("--extra-ca-bundle", default=os.environ.get("EXTRA_CA_BUNDLE") or None)
+    parser.add_argument("--source", default=None, help="trcomp checkout (default: this one)")
+    parser.add_argument("--no-cache", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        result = run_build(
+            args.base_image, args.tag, extra_ca_bundle=args.extra_ca_bundle,
+            root=args.source, no_cache=args.no_cache,
+        )
+    except LocalModeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"built {result.tag} in {result.seconds:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Running jobs on this machine without SageMaker: the /opt/ml tree and process mode."""

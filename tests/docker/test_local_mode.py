@@ -1,0 +1,160 @@
+"""SageMaker local mode (Docker) end to end with trcomp's estimators and image."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trcomp.local.docker import JOB_LABEL
+
+pytestmark = pytest.mark.container
+
+
+def _estimator(dirs: dict[str, Path], role: str, **kwargs: Any) -> Any:
+    import trcomp
+
+    kwargs.setdefault("instance_type", "local")
+    kwargs.setdefault("instance_count", 1)
+    kwargs.setdefault("compiler_config", trcomp.TrainingCompilerConfig())
+    return trcomp.PyTorch(
+        entry_point="train_tiny.py",
+        source_dir=str(dirs["source"]),
+        role=role,
+        output_path=f"file://{dirs['output']}",
+        **kwargs,
+    )
+
+
+def _members(tar_path: Path) -> dict[str, bytes]:
+    with tarfile.open(tar_path) as tar:
+        return {
+            m.name.lstrip("./"): tar.extractfile(m).read()  # type: ignore[union-attr]
+            for m in tar.getmembers() if m.isfile()
+        }
+
+
+def _no_job_containers() -> list[str]:
+    out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={JOB_LABEL}"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def test_fit_with_compiler_lands_model_and_summary(
+    image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None
+) -> None:
+    estimator = _estimator(job_dirs, role, hyperparameters={"steps": 10})
+    estimator.fit({"training": f"file://{job_dirs['data']}"})
+
+    model = _members(job_dirs["output"] / "model.tar.gz")
+    assert "model.pt" in model
+    assert json.loads(model["info.json"])["backend"] == "inductor"
+    output = _members(job_dirs["output"] / "output.tar.gz")
+    summary = json.loads(output["data/compiler/summary.json"])
+    assert summary["backend"] == "inductor"
+    assert summary["metrics"]["graphs_compiled"] >= 1
+    assert summary["metrics"]["compile_time_s"] > 0
+    assert "failure" not in output
+    assert not _no_job_containers()
+    assert not list(job_dirs["source"].rglob("__pycache__"))
+
+
+def test_two_containers_train_one_ddp_job(
+    image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    estimator = _estimator(
+        job_dirs, role, instance_count=2, hyperparameters={"steps": 5},
+        distribution={"torch_distributed": {"enabled": True}},
+    )
+    estimator.fit({"training": f"file://{job_dirs['data']}"})
+
+    log = capfd.readouterr().out
+    assert "rank 0/2" in log and "rank 1/2" in log  # both hosts' logs are shown
+    model = _members(job_dirs["output"] / "model.tar.gz")
+    info = json.loads(model["info.json"])
+    assert info["world_size"] == 2 and len(info["hosts"]) == 2
+    assert "model.pt" in model
+
+
+def test_failing_script_shows_its_reason(
+    image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None
+) -> None:
+    from trcomp.errors import LocalModeError
+
+    estimator = _estimator(job_dirs, role, hyperparameters={"fail-with": "learning rate 42 is mad"})
+    with pytest.raises(LocalModeError, match="learning rate 42 is mad") as caught:
+        estimator.fit({"training": f"file://{job_dirs['data']}"})
+    assert "docker-compose" not in str(caught.value).split(":")[0]
+    assert not _no_job_containers()
+
+
+def test_no_root_owned_files_left(
+    image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None
+) -> None:
+    """The job writes into the user's code dir and channel; the files come back to their owner."""
+    owner = 4321
+    for top in (job_dirs["source"], job_dirs["data"], job_dirs["output"]):
+        for path in [top, *top.rglob("*")]:
+            os.chown(path, owner, owner)
+    estimator = _estimator(job_dirs, role, hyperparameters={"steps": 2, "write-files": ""},
+                           compiler_config=None)
+    estimator.fit({"training": f"file://{job_dirs['data']}"})
+
+    assert (job_dirs["source"] / "written-by-job.txt").stat().st_uid == owner
+    for top in (job_dirs["source"], job_dirs["data"]):
+        root_owned = [p for p in top.rglob("*") if p.stat().st_uid == 0]
+        assert not root_owned
+
+
+_FIT_AND_SLEEP = textwrap.dedent("""
+    import signal, sys, trcomp
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    est = trcomp.PyTorch(entry_point="train_tiny.py", source_dir=sys.argv[1], role=sys.argv[2],
+                         instance_type="local", instance_count=1,
+                         output_path="file://" + sys.argv[3], hyperparameters={"sleep": 300})
+    try:
+        est.fit({"training": "file://" + sys.argv[4]})
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        sys.exit(130)
+""")
+
+
+def test_ctrl_c_stops_the_containers(
+    image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _FIT_AND_SLEEP, str(job_dirs["source"]), role,
+         str(job_dirs["output"]), str(job_dirs["data"])],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not _running_job_containers() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _running_job_containers(), "the job's container never started"
+        time.sleep(3)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out[-3000:]
+    assert not _no_job_containers()
+
+
+def _running_job_containers() -> list[str]:
+    out = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label={JOB_LABEL}", "--filter", "status=running"],
+        capture_output=True, text=True, check=True,
+    )
+    return out.stdout.split()
