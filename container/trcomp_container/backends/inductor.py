@@ -1,0 +1,54 @@
+"""Environment for torch.compile with inductor.
+
+Unmodified HF Trainer and Accelerate scripts compile through the
+``ACCELERATE_DYNAMO_*`` variables; :mod:`trcomp.runtime` scripts through
+``TRCOMP_CONFIG``. Only fields the user changed from the defaults are passed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trcomp.config import TrainingCompilerConfig
+
+__all__ = ["cache_environment", "debug_environment", "environment"]
+
+
+def environment(config: TrainingCompilerConfig) -> dict[str, str]:
+    """Variables that turn torch.compile on for Accelerate/HF Trainer scripts."""
+    env = {
+        # transformers treats an installed torch-xla as "use XLA" unless told otherwise.
+        "USE_TORCH_XLA": "0",
+        "ACCELERATE_DYNAMO_BACKEND": "INDUCTOR",
+    }
+    if config.mode != "default":
+        env["ACCELERATE_DYNAMO_MODE"] = config.mode
+    if config.fullgraph:
+        env["ACCELERATE_DYNAMO_USE_FULLGRAPH"] = "True"
+    if config.dynamic is not None:
+        env["ACCELERATE_DYNAMO_USE_DYNAMIC"] = str(config.dynamic)
+    if config.inductor_options:
+        env["TRCOMP_INDUCTOR_OPTIONS"] = json.dumps(config.inductor_options, sort_keys=True)
+    return env
+
+
+def cache_environment(cache_dir: Path) -> dict[str, str]:
+    """Inductor's FX graph and AOTAutograd caches and Triton's kernels under ``cache_dir``."""
+    return {
+        "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
+        "TRITON_CACHE_DIR": str(cache_dir / "triton"),
+        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+        "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
+    }
+
+
+def debug_environment(compiler_dir: Path) -> dict[str, str]:
+    """Graph-break and recompile logs, FX graphs and generated code under ``compiler_dir``."""
+    return {
+        "TORCH_LOGS": "graph_breaks,recompiles,perf_hints",
+        "TORCH_LOGS_OUT": str(compiler_dir / "torch_logs.txt"),
+        "TORCH_COMPILE_DEBUG": "1",
+        "TORCH_COMPILE_DEBUG_DIR": str(compiler_dir / "inductor_debug"),
+        "TORCH_TRACE": str(compiler_dir / "trace"),
+    }

@@ -1,0 +1,296 @@
+"""Compile and step metrics, collected inside the user's training process.
+
+The entrypoint puts this directory first on ``PYTHONPATH``, so Python imports
+this module at start-up in every process of the job (torchrun workers too).
+It does nothing unless ``TRCOMP_METRICS_DIR`` is set, imports nothing heavy,
+and hooks in only when the script itself imports torch:
+
+- a global optimizer step post-hook times the first and the steady steps;
+- dynamo's compile callbacks time every compilation and count recompiles;
+- torch-xla's metrics give its compile count and time;
+- an exception hook records an uncaught exception for the failure file.
+
+At exit each process that stepped, compiled or failed writes
+``<TRCOMP_METRICS_DIR>/rank<RANK>-pid<PID>.json``; the entrypoint aggregates
+them into ``summary.json``. Then the next ``sitecustomize`` on the path (an
+image's own) runs, as if this one were not there.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import re
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Any
+
+__all__: list[str] = []
+
+_START = time.time()
+_MAX_INTERVALS = 10_000
+_TRACEBACK_LINES = 30
+_COMPILE_ID = re.compile(r"(\d+)/(\d+)")
+
+
+class _State:
+    """Everything this process measured; written once at exit."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.first_step_s: float | None = None
+        self.last_step: float | None = None
+        self.intervals: list[float] = []
+        self.optimizer_id: int | None = None
+        self.compile_s = 0.0
+        self.compile_events = 0
+        self.recompiles = 0
+        self.compile_started: float | None = None
+        self.xla_compiles_at_step3: int | None = None
+        self.xla_compiles_at_last_step: int | None = None
+        self.error: dict[str, Any] | None = None
+
+
+_state = _State()
+
+
+def _xla_compile_count() -> int | None:
+    if "torch_xla" not in sys.modules:
+        return None
+    import torch_xla.debug.metrics as met
+
+    data = met.metric_data("CompileTime")
+    return int(data[0]) if data else 0
+
+
+def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    now = time.time()
+    if _state.optimizer_id is None:
+        _state.optimizer_id = id(optimizer)
+    elif id(optimizer) != _state.optimizer_id:
+        return  # several optimizers (or a wrapper): count the first one's steps only
+    _state.steps += 1
+    if _state.first_step_s is None:
+        _state.first_step_s = now - _START
+    elif _state.last_step is not None and len(_state.intervals) < _MAX_INTERVALS:
+        _state.intervals.append(now - _state.last_step)
+    _state.last_step = now
+    with contextlib.suppress(Exception):
+        count = _xla_compile_count()
+        if count is not None:
+            if _state.steps == 3:
+                _state.xla_compiles_at_step3 = count
+            _state.xla_compiles_at_last_step = count
+
+
+def _on_compile_start(args: Any) -> None:
+    _state.compile_started = time.perf_counter()
+
+
+def _on_compile_end(args: Any) -> None:
+    if _state.compile_started is not None:
+        _state.compile_s += time.perf_counter() - _state.compile_started
+        _state.compile_started = None
+    _state.compile_events += 1
+    match = _COMPILE_ID.search(str(getattr(args, "compile_id", "")))
+    if match and int(match.group(2)) > 0:
+        _state.recompiles += 1
+
+
+def _after_torch(torch: ModuleType) -> None:
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(_on_optimizer_step)
+    options = os.environ.get("TRCOMP_INDUCTOR_OPTIONS")
+    if options:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.patch(json.loads(options)).__enter__()
+
+
+def _after_dynamo(dynamo: ModuleType) -> None:
+    from torch._dynamo.callback import callback_handler
+
+    callback_handler.register_start_callback(_on_compile_start)
+    callback_handler.register_end_callback(_on_compile_end)
+
+
+def _after_torch_xla(torch_xla: ModuleType) -> None:
+    # atexit runs last-registered first: move our dump ahead of torch-xla's runtime teardown.
+    atexit.unregister(_dump)
+    atexit.register(_dump)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs a callback right after a module is first imported, once."""
+
+    def __init__(self, callbacks: dict[str, Callable[[ModuleType], None]]) -> None:
+        self.callbacks = callbacks
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        callback = self.callbacks.pop(fullname, None)
+        if callback is None:
+            return None
+        spec = None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        loader = getattr(spec, "loader", None)
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            original(module)
+            try:
+                callback(module)
+            except Exception as exc:  # never break the user's script over metrics
+                print(f"[trcomp] metrics hook disabled for {fullname}: {exc}", file=sys.stderr)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _except_hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+    lines = "".join(traceback.format_exception(kind, value, tb)).splitlines()
+    _state.error = {
+        "type": kind.__name__,
+        "message": str(value),
+        "traceback_tail": "\n".join(lines[-_TRACEBACK_LINES:]),
+    }
+    _previous_except_hook(kind, value, tb)
+
+
+def _compile_report() -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "time_s": round(_state.compile_s, 4),
+        "events": _state.compile_events,
+        "recompiles": _state.recompiles,
+        "graphs": 0,
+        "graph_breaks": 0,
+        "graph_break_reasons": {},
+    }
+    if "torch._dynamo" in sys.modules:
+        from torch._dynamo.utils import counters
+
+        breaks = dict(counters["graph_break"])
+        report["graphs"] = int(counters["stats"]["unique_graphs"])
+        report["graph_breaks"] = int(sum(breaks.values()))
+        top = sorted(breaks.items(), key=lambda item: -item[1])[:20]
+        report["graph_break_reasons"] = {reason[:300]: count for reason, count in top}
+    return report
+
+
+def _xla_report() -> dict[str, Any] | None:
+    if "torch_xla" not in sys.modules:
+        return None
+    import torch_xla.debug.metrics as met
+
+    data = met.metric_data("CompileTime")
+    counters = {
+        name: met.counter_value(name)
+        for name in met.counter_names()
+        if name.startswith("aten::") or "Cache" in name or "Compile" in name
+    }
+    steady = None
+    if _state.xla_compiles_at_step3 is not None and _state.xla_compiles_at_last_step is not None:
+        steady = _state.xla_compiles_at_last_step - _state.xla_compiles_at_step3
+    return {
+        "compiles": int(data[0]) if data else 0,
+        "compile_time_s": round(data[1] / 1e9, 4) if data else 0.0,
+        "compiles_after_warmup": steady,
+        "counters": counters,
+    }
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for name in ("torch", "torch_xla", "transformers", "accelerate"):
+        module = sys.modules.get(name)
+        if module is not None:
+            found[name] = str(getattr(module, "__version__", "unknown"))
+    return found
+
+
+def _write_debug_reports(rank: str) -> None:
+    directory = os.environ.get("TRCOMP_COMPILER_DIR")
+    if not directory:
+        return
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    if "torch._dynamo" in sys.modules:
+        from torch._dynamo.utils import compile_times
+
+        text = compile_times(repr="str", aggregate=True)
+        (target / f"compile_times.rank{rank}.txt").write_text(str(text))
+    if "torch_xla" in sys.modules:
+        import torch_xla.debug.metrics as met
+
+        (target / f"xla_metrics_report.rank{rank}.txt").write_text(met.metrics_report())
+
+
+def _dump() -> None:
+    directory = os.environ.get("TRCOMP_METRICS_DIR")
+    compiled = _state.compile_events > 0 or "torch_xla" in sys.modules
+    if not directory or not (_state.steps or compiled or _state.error):
+        return
+    rank = os.environ.get("RANK", "0")
+    body: dict[str, Any] = {
+        "rank": int(rank),
+        "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+        "pid": os.getpid(),
+        "backend": os.environ.get("TRCOMP_BACKEND", "eager"),
+        "wall_s": round(time.time() - _START, 4),
+        "steps": _state.steps,
+        "first_step_s": _state.first_step_s,
+        "step_intervals_s": [round(value, 6) for value in _state.intervals],
+        "error": _state.error,
+        "versions": _versions(),
+    }
+    try:
+        body["compile"] = _compile_report()
+        body["xla"] = _xla_report()
+        if os.environ.get("TRCOMP_DEBUG") == "1":
+            _write_debug_reports(rank)
+    except Exception as exc:
+        body["hook_error"] = f"{type(exc).__name__}: {exc}"
+    path = Path(directory) / f"rank{rank}-pid{os.getpid()}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(body, indent=1))
+
+
+def _chain_next_sitecustomize() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [entry for entry in sys.path if os.path.abspath(entry or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+_previous_except_hook = sys.excepthook
+if os.environ.get("TRCOMP_METRICS_DIR"):
+    sys.meta_path.insert(
+        0,
+        _AfterImport(
+            {"torch": _after_torch, "torch._dynamo": _after_dynamo, "torch_xla": _after_torch_xla}
+        ),
+    )
+    sys.excepthook = _except_hook
+    atexit.register(_dump)
+_chain_next_sitecustomize()

@@ -1,0 +1,106 @@
+"""What the entrypoint knows about the job, read once from the training toolkit.
+
+Every path comes from ``sagemaker_training.environment``, which honours
+``SAGEMAKER_BASE_DIR``, so the same code runs under ``/opt/ml`` in a container
+and under a temporary directory in process mode. Nothing is read at import.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Job", "JobPaths"]
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    """The directories of the /opt/ml tree that the entrypoint uses."""
+
+    base: Path
+    code: Path
+    model: Path
+    output: Path
+    output_data: Path
+    checkpoints: Path
+
+    @classmethod
+    def under(cls, base: Path) -> JobPaths:
+        """The standard tree under ``base`` (``/opt/ml`` in a container)."""
+        base = Path(base)
+        return cls(
+            base=base,
+            code=base / "code",
+            model=base / "model",
+            output=base / "output",
+            output_data=base / "output" / "data",
+            checkpoints=base / "checkpoints",
+        )
+
+    @property
+    def compiler(self) -> Path:
+        """``output/data/compiler``: summary, debug dumps; ends up in output.tar.gz."""
+        return self.output_data / "compiler"
+
+    @property
+    def cache(self) -> Path:
+        """``checkpoints/trcomp-cache``: compile caches, synced with checkpoint_s3_uri."""
+        return self.checkpoints / "trcomp-cache"
+
+
+@dataclass(frozen=True)
+class Job:
+    """A read-only snapshot of the job: parameters, hosts, devices and paths."""
+
+    paths: JobPaths
+    framework_params: Mapping[str, Any]
+    user_args: list[str]
+    toolkit_env: Mapping[str, str]
+    entry_point: str | None
+    module_dir: str
+    hosts: list[str]
+    current_host: str
+    num_gpus: int
+    num_cpus: int
+    environ: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def host_rank(self) -> int:
+        """This host's index in the sorted host list (torchrun's node rank)."""
+        return sorted(self.hosts).index(self.current_host)
+
+    @property
+    def master_host(self) -> str:
+        """The host that runs rank 0."""
+        return sorted(self.hosts)[0]
+
+    @classmethod
+    def from_toolkit(cls) -> Job:
+        """Read the job the way the toolkit sees it (hyperparameters, resourceconfig, SM_*)."""
+        from sagemaker_training import environment
+
+        env = environment.Environment()
+        paths = JobPaths(
+            base=Path(environment.base_dir),
+            code=Path(environment.code_dir),
+            model=Path(env.model_dir),
+            output=Path(env.output_dir),
+            output_data=Path(env.output_data_dir),
+            checkpoints=Path(environment.base_dir) / "checkpoints",
+        )
+        return cls(
+            paths=paths,
+            framework_params=dict(env.additional_framework_parameters),
+            user_args=[str(arg) for arg in env.to_cmd_args()],
+            toolkit_env={key: str(value) for key, value in env.to_env_vars().items()},
+            entry_point=env.user_entry_point,
+            module_dir=str(env.module_dir),
+            hosts=list(env.hosts),
+            current_host=str(env.current_host),
+            num_gpus=int(env.num_gpus),
+            num_cpus=int(env.num_cpus),
+            environ=dict(os.environ),
+        )

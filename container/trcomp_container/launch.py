@@ -1,0 +1,155 @@
+"""The launch command for the user's entry point, as a pure function.
+
+One process runs the script directly, as the training toolkit does; the
+``torch_distributed``/``pytorchddp`` and ``pytorchxla`` distributions run it
+under torchrun, one process per local device, across the hosts of
+resourceconfig.json. Hyperparameters are argv elements: no shell ever parses them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from trcomp_container.backends import ConcreteBackend
+from trcomp_container.devices import Devices
+from trcomp_container.failures import ExitCode, JobFailed
+
+__all__ = [
+    "Distribution",
+    "LaunchPlan",
+    "build_command",
+    "distribution_of",
+    "entry_point_command",
+    "grace_period_s",
+    "nproc_per_node",
+]
+
+Distribution = Literal["none", "torch_distributed", "pytorchxla"]
+
+_TORCHRUN_KEYS = ("sagemaker_torch_distributed_enabled", "sagemaker_pytorch_ddp_enabled")
+_XLA_KEY = "sagemaker_pytorch_xla_multi_worker_enabled"
+_UNSUPPORTED = {
+    "sagemaker_mpi_enabled": "mpi",
+    "sagemaker_distributed_dataparallel_enabled": "smdistributed dataparallel",
+    "sagemaker_distributed_modelparallel_enabled": "smdistributed modelparallel",
+}
+DEFAULT_MASTER_PORT = 29500
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What to run, in which environment and directory."""
+
+    command: list[str]
+    env: dict[str, str]
+    cwd: Path
+    distribution: Distribution
+    nproc_per_node: int
+
+
+def _enabled(value: Any) -> bool:
+    return value is True or str(value).lower() == "true"
+
+
+def distribution_of(framework_params: Mapping[str, Any]) -> Distribution:
+    """Which distribution the job's ``sagemaker_*`` parameters ask for."""
+    for key, name in _UNSUPPORTED.items():
+        if _enabled(framework_params.get(key)):
+            raise JobFailed(
+                f"distribution {name!r} ({key}) is not supported by the trcomp container: "
+                "use distribution={'torch_distributed': {'enabled': True}} (torchrun) or "
+                "{'pytorchxla': {'enabled': True}}",
+                ExitCode.CONFIG,
+            )
+    if _enabled(framework_params.get(_XLA_KEY)):
+        return "pytorchxla"
+    if any(_enabled(framework_params.get(key)) for key in _TORCHRUN_KEYS):
+        return "torch_distributed"
+    return "none"
+
+
+def nproc_per_node(
+    distribution: Distribution,
+    backend: ConcreteBackend | None,
+    devices: Devices,
+    environ: Mapping[str, str],
+) -> int:
+    """Processes per host: one per GPU (or TPU chip under xla); on CPU ``TRCOMP_NPROC_PER_NODE``."""
+    if distribution == "none":
+        return 1
+    explicit = environ.get("TRCOMP_NPROC_PER_NODE")
+    if explicit:
+        try:
+            count = int(explicit)
+        except ValueError:
+            count = 0
+        if count < 1:
+            raise JobFailed(
+                f"TRCOMP_NPROC_PER_NODE={explicit!r} is not a positive whole number",
+                ExitCode.CONFIG,
+            )
+        return count
+    if devices.gpus:
+        return devices.gpus
+    if devices.tpus and backend == "xla":
+        return devices.tpus
+    return 1
+
+
+def entry_point_command(code_dir: Path, entry_point: str, python: str) -> list[str]:
+    """How to start the entry point alone: a Python script, a package module, or a command."""
+    path = code_dir / entry_point
+    if entry_point.endswith(".sh"):
+        return ["/bin/sh", str(path)]
+    if (code_dir / "setup.py").exists():
+        return [python, "-m", entry_point.removesuffix(".py").replace("/", ".")]
+    if entry_point.endswith(".py"):
+        return [python, str(path)]
+    return [str(path)]
+
+
+def build_command(
+    *,
+    code_dir: Path,
+    entry_point: str,
+    user_args: list[str],
+    distribution: Distribution,
+    nproc: int,
+    hosts: list[str],
+    current_host: str,
+    environ: Mapping[str, str],
+    python: str = sys.executable,
+) -> list[str]:
+    """The argv to execute; ``user_args`` are the toolkit's ``--key value`` hyperparameters."""
+    single = entry_point_command(code_dir, entry_point, python)
+    if distribution == "none":
+        return [*single, *user_args]
+    if single[0] != python:
+        raise JobFailed(
+            f"entry point {entry_point!r} is not a Python script; the {distribution} "
+            "distribution runs Python scripts under torchrun. Use a .py entry point.",
+            ExitCode.CONFIG,
+        )
+    ordered = sorted(hosts)
+    torchrun = [python, "-m", "torch.distributed.run", "--nnodes", str(len(ordered))]
+    torchrun += ["--nproc-per-node", str(nproc)]
+    if len(ordered) == 1:
+        torchrun.append("--standalone")
+    else:
+        port = environ.get("TRCOMP_MASTER_PORT", str(DEFAULT_MASTER_PORT))
+        torchrun += ["--node-rank", str(ordered.index(current_host))]
+        torchrun += ["--master-addr", ordered[0], "--master-port", port]
+    if single[1] == "-m":
+        torchrun.append("--module")
+    return [*torchrun, *single[1:], *user_args]
+
+
+def grace_period_s(environ: Mapping[str, str] = os.environ) -> float:
+    """Seconds the script gets after SIGTERM before SIGKILL (``TRCOMP_SIGTERM_GRACE_S``)."""
+    # SageMaker sends SIGKILL 120 s after SIGTERM; leave time to write the summary.
+    return float(environ.get("TRCOMP_SIGTERM_GRACE_S", "100"))

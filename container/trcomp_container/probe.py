@@ -1,0 +1,122 @@
+"""Can the chosen compiler start here? Run in a child with the job's environment.
+
+``python -m trcomp_container.probe inductor|xla <gpus>`` prints one JSON line:
+``{"ok": bool, "reason": str, "hardware": str}``. A child keeps a broken
+torch-xla or CUDA set-up from taking the entrypoint down, and sees exactly the
+environment the user's script will see.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["ProbeResult", "cpu_inductor_check", "probe", "run_probe"]
+
+_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Whether the backend can start, and why not."""
+
+    ok: bool
+    reason: str = ""
+    hardware: str = ""
+
+
+def probe(backend: str, gpus: int) -> ProbeResult:
+    """Check in this process that ``backend`` can run on ``gpus`` GPUs (0: CPU/TPU)."""
+    try:
+        return _probe_xla(gpus) if backend == "xla" else _probe_inductor(gpus)
+    except Exception as exc:  # any failure to start is the answer, not a crash
+        return ProbeResult(False, f"{type(exc).__name__}: {exc}")
+
+
+def _probe_inductor(gpus: int) -> ProbeResult:
+    import torch
+
+    if gpus:
+        if not torch.cuda.is_available() or torch.cuda.device_count() < gpus:
+            return ProbeResult(
+                False,
+                f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees "
+                f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} of the "
+                f"{gpus} GPUs: the image needs a CUDA build of torch that matches the driver",
+            )
+        import triton
+
+        return ProbeResult(True, hardware=f"cuda x{gpus}, triton {triton.__version__}")
+    return cpu_inductor_check(os.environ)
+
+
+def _probe_xla(gpus: int) -> ProbeResult:
+    import torch
+    import torch_xla
+    import torch_xla.runtime as xr
+
+    device = torch_xla.device()
+    hardware = str(xr.device_type())
+    if gpus and hardware != "CUDA":
+        return ProbeResult(
+            False,
+            f"torch-xla {torch_xla.__version__} runs on {hardware}, not on the {gpus} GPUs "
+            "here (torch-xla 2.9 has no CUDA support)",
+            hardware,
+        )
+    value = (torch.ones(2, device=device) * 2).sum().item()
+    if value != 4.0:
+        return ProbeResult(False, f"torch-xla computed 2*[1,1] summed as {value}", hardware)
+    return ProbeResult(True, hardware=hardware)
+
+
+def cpu_inductor_check(env: Mapping[str, str]) -> ProbeResult:
+    """Inductor on CPU needs only a C++ compiler: check it without starting torch.
+
+    torch itself is checked by the script's own start; a child that imports torch
+    would add seconds to every CPU job for nothing.
+    """
+    compiler = env.get("CXX") or "g++"
+    found = shutil.which(compiler, path=env.get("PATH"))
+    if found is None:
+        return ProbeResult(
+            False,
+            f"inductor needs a C++ compiler on CPU and {compiler!r} was not found: "
+            "install g++ in the image or set CXX",
+        )
+    return ProbeResult(True, hardware=f"cpu, {compiler}")
+
+
+def run_probe(backend: str, gpus: int, env: Mapping[str, str]) -> ProbeResult:
+    """Check ``backend`` can start: in a child process with ``env`` (CPU inductor: in-process)."""
+    if backend == "inductor" and not gpus:
+        return cpu_inductor_check(env)
+    child_env = {k: v for k, v in env.items() if k != "TRCOMP_METRICS_DIR"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "trcomp_container.probe", backend, str(gpus)],
+            env=child_env,
+            capture_output=True,
+            text=True,
+            timeout=_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return ProbeResult(False, f"starting {backend} took longer than {_TIMEOUT_S} s")
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith("{"):
+            body = json.loads(line)
+            return ProbeResult(bool(body["ok"]), str(body["reason"]), str(body["hardware"]))
+    tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+    return ProbeResult(
+        False, f"the {backend} check exited with {done.returncode}: " + " | ".join(tail)
+    )
+
+
+if __name__ == "__main__":
+    result = probe(sys.argv[1], int(sys.argv[2]))
+    print(json.dumps({"ok": result.ok, "reason": result.reason, "hardware": result.hardware}))

@@ -1,0 +1,193 @@
+"""Aggregate the per-process metrics into ``summary.json`` and the metric log lines.
+
+Each training process writes ``rank<N>-pid<P>.json`` (see ``hook/sitecustomize.py``);
+this module reads them, keeps one record per rank, and reports the slowest
+rank's numbers, since the job is as slow as its slowest rank.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from trcomp.metrics import format_metric
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "build_summary",
+    "metric_lines",
+    "read_rank_records",
+    "render_block",
+    "write_summary",
+]
+
+SCHEMA_VERSION = 1
+# Steps before this one are warm-up: they include compilation.
+_WARMUP_INTERVALS = 2
+_XLA_CACHE_FAILURE = "PersistentCacheDeserializeFailure"
+
+
+def read_rank_records(metrics_dir: Path) -> list[dict[str, Any]]:
+    """One record per rank: the process of that rank that stepped most (or failed)."""
+    best: dict[int, dict[str, Any]] = {}
+    for path in sorted(Path(metrics_dir).glob("rank*-pid*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        rank = int(record.get("rank", 0))
+        current = best.get(rank)
+        if current is None or _weight(record) > _weight(current):
+            best[rank] = record
+    return [best[rank] for rank in sorted(best)]
+
+
+def _weight(record: Mapping[str, Any]) -> tuple[int, int, int]:
+    compile_events = int((record.get("compile") or {}).get("events", 0))
+    return (int(record.get("steps", 0)), 1 if record.get("error") else 0, compile_events)
+
+
+def steady_step_time(intervals: Sequence[float]) -> float | None:
+    """Median seconds per step once warm-up (compilation) is over."""
+    if not intervals:
+        return None
+    steady = intervals[_WARMUP_INTERVALS:] if len(intervals) > _WARMUP_INTERVALS + 2 else intervals
+    return float(statistics.median(steady))
+
+
+def _rank_metrics(record: Mapping[str, Any]) -> dict[str, float | None]:
+    compile_info = record.get("compile") or {}
+    xla = record.get("xla")
+    if xla:
+        compile_time = float(xla.get("compile_time_s", 0.0))
+        graphs = int(xla.get("compiles", 0))
+        recompiles = int(xla.get("compiles_after_warmup") or 0)
+        graph_breaks = 0
+    else:
+        compile_time = float(compile_info.get("time_s", 0.0))
+        graphs = int(compile_info.get("graphs", 0))
+        recompiles = int(compile_info.get("recompiles", 0))
+        graph_breaks = int(compile_info.get("graph_breaks", 0))
+    step = steady_step_time(record.get("step_intervals_s") or [])
+    return {
+        "compile_time_s": compile_time,
+        "graphs_compiled": graphs,
+        "recompiles": recompiles,
+        "graph_breaks": graph_breaks,
+        "first_step_s": record.get("first_step_s"),
+        "step_time_s": step,
+        "steps_per_s": (1.0 / step) if step else None,
+    }
+
+
+def _slowest(per_rank: list[dict[str, float | None]]) -> dict[str, float]:
+    metrics: dict[str, float] = {}
+    for name in (
+        "compile_time_s",
+        "graphs_compiled",
+        "recompiles",
+        "graph_breaks",
+        "first_step_s",
+        "step_time_s",
+    ):
+        values = [value for rank in per_rank if (value := rank[name]) is not None]
+        if values:
+            metrics[name] = max(values)
+    if metrics.get("step_time_s"):
+        metrics["steps_per_s"] = 1.0 / metrics["step_time_s"]
+    return metrics
+
+
+def build_summary(
+    records: list[dict[str, Any]], *, job: Mapping[str, Any], warnings: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The summary.json body: job facts, aggregated metrics, one entry per rank."""
+    per_rank = [_rank_metrics(record) for record in records]
+    versions: dict[str, str] = {}
+    for record in records:
+        versions.update(record.get("versions") or {})
+    ranks = []
+    for record, metrics in zip(records, per_rank, strict=True):
+        compile_info = record.get("compile") or {}
+        ranks.append(
+            {
+                "rank": record.get("rank"),
+                "pid": record.get("pid"),
+                "steps": record.get("steps", 0),
+                **metrics,
+                "graph_break_reasons": compile_info.get("graph_break_reasons", {}),
+                "xla": record.get("xla"),
+                "error": record.get("error"),
+            }
+        )
+    return {
+        "schema_version": SCHEMA_VERSION,
+        **job,
+        "warnings": [*warnings, *_derived_warnings(records)],
+        "metrics": _slowest(per_rank),
+        "versions": versions,
+        "ranks": ranks,
+    }
+
+
+def _derived_warnings(records: list[dict[str, Any]]) -> list[str]:
+    unreadable = sum(
+        int(((record.get("xla") or {}).get("counters") or {}).get(_XLA_CACHE_FAILURE, 0))
+        for record in records
+    )
+    if not unreadable:
+        return []
+    return [
+        f"torch-xla could not read {unreadable} entries of its persistent cache "
+        f"({_XLA_CACHE_FAILURE}); those graphs were compiled again. On CPU, torch-xla "
+        "2.9 could not reload its cached executables, so the cache does not shorten CPU runs."
+    ]
+
+
+def metric_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The ``[trcomp] metric name=value`` lines SageMaker's metric regexes match."""
+    return [format_metric(name, value) for name, value in summary["metrics"].items()]
+
+
+def render_block(summary: Mapping[str, Any]) -> str:
+    """A short human-readable report for the job log."""
+    metrics = summary["metrics"]
+
+    def show(name: str, unit: str = "") -> str:
+        value = metrics.get(name)
+        if value is None:
+            return "n/a"
+        return f"{value:.4g}{unit}" if isinstance(value, float) else f"{value}{unit}"
+
+    backend = summary.get("backend") or "eager (compiler off)"
+    lines = [
+        "=" * 20 + " trcomp summary " + "=" * 20,
+        f"backend        {backend} (asked: {summary.get('requested_backend')})",
+        f"devices        {summary.get('devices')}; processes: {len(summary.get('ranks', []))}",
+        f"compile time   {show('compile_time_s', ' s')}; graphs {show('graphs_compiled')}; "
+        f"recompiles {show('recompiles')}; graph breaks {show('graph_breaks')}",
+        f"first step     {show('first_step_s', ' s')} after start; "
+        f"steady step {show('step_time_s', ' s')} ({show('steps_per_s')} steps/s)",
+        f"cache          {summary.get('cache_dir') or 'off'}"
+        + (" (warm)" if summary.get("cache_warm") else ""),
+        f"exit           {summary.get('exit_code')}: {summary.get('outcome')}",
+    ]
+    for warning in summary.get("warnings", []):
+        lines.append(f"WARNING        {warning}")
+    if summary.get("metrics", {}).get("recompiles"):
+        lines.append(
+            "hint           recompiles mean changing shapes or dtypes; pad batches to fixed "
+            "shapes or set dynamic=True"
+        )
+    lines.append("=" * 56)
+    return "\n".join(lines)
+
+
+def write_summary(path: Path, summary: Mapping[str, Any]) -> Path:
+    """Write ``summary`` as indented JSON, creating the directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
+    return path

@@ -1,0 +1,267 @@
+"""``main()``: what the training toolkit's ``train`` runs (``SAGEMAKER_TRAINING_MODULE``).
+
+Reads the job from the toolkit, rebuilds the compiler config with the SDK's
+own model, resolves the backend, checks it can start, runs the user's entry
+point and reports: metric lines and ``output/data/compiler/summary.json`` on
+every way out, and exactly one ``output/failure`` with an exit code that
+says what went wrong (see :mod:`trcomp_container.failures`).
+
+``python -m trcomp_container.training`` does what ``train`` does, for hosts
+where the toolkit's console script is not on PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trcomp.config import TrainingCompilerConfig
+from trcomp.errors import CompilerConfigError
+from trcomp_container import summary as summary_module
+from trcomp_container.backends import ConcreteBackend, resolve_backend
+from trcomp_container.devices import Devices, detect_devices
+from trcomp_container.environment import build_environment
+from trcomp_container.failures import ExitCode, JobFailed, describe_exit, write_failure
+from trcomp_container.hints import hint_for
+from trcomp_container.job import Job
+from trcomp_container.launch import (
+    LaunchPlan,
+    build_command,
+    distribution_of,
+    grace_period_s,
+    nproc_per_node,
+)
+from trcomp_container.probe import run_probe
+from trcomp_container.runner import RunResult, run, wait_for_hosts
+
+__all__ = ["main", "run_job"]
+
+_TAIL_LINES = 25
+
+
+@dataclass
+class _Report:
+    """What goes into summary.json besides the per-rank metrics."""
+
+    facts: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def main() -> None:
+    """Run the job; raise :class:`JobFailed` (the toolkit exits with its ``errno``)."""
+    job = Job.from_toolkit()
+    exit_code, reason = run_job(job)
+    if exit_code != ExitCode.OK:
+        raise JobFailed(reason, exit_code)
+
+
+def run_job(job: Job) -> tuple[int, str]:
+    """Run ``job`` end to end; return ``(exit code, reason)`` after writing every report."""
+    started = time.time()
+    report = _Report(facts={"devices": None, "backend": None, "requested_backend": None})
+    metrics_dir = job.paths.compiler / "ranks"
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    # Debug logs (TORCH_LOGS_OUT) and the hook write here; their parent must exist.
+    metrics_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="trcomp-scratch-"))
+    try:
+        exit_code, reason = _run(job, report, metrics_dir, scratch)
+    except JobFailed as failed:
+        exit_code, reason = failed.errno, failed.reason
+    except Exception as exc:  # a trcomp bug: still write the failure file and summary
+        tail = "".join(traceback.format_exc().splitlines(keepends=True)[-_TAIL_LINES:])
+        exit_code = ExitCode.INTERNAL
+        reason = f"trcomp internal error: {type(exc).__name__}: {exc}; please report it\n{tail}"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    report.facts.update(
+        exit_code=exit_code,
+        outcome=reason.splitlines()[0] if reason else "success",
+        duration_s=round(time.time() - started, 3),
+    )
+    _report(job, report, metrics_dir)
+    if exit_code != ExitCode.OK:
+        write_failure(job.paths.output, reason)
+        first_line = reason.splitlines()[0] if reason else "unknown reason"
+        print(
+            f"[trcomp] job failed (exit code {exit_code}): {first_line} "
+            f"(full reason in {job.paths.output / 'failure'})",
+            file=sys.stderr,
+        )
+    return exit_code, reason
+
+
+def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[int, str]:
+    try:
+        config = TrainingCompilerConfig.from_hyperparameters(job.framework_params)
+    except CompilerConfigError as exc:
+        raise JobFailed(
+            f"invalid compiler config: {exc}. Fix the TrainingCompilerConfig passed as "
+            "compiler_config= (the container rebuilds it from the job's hyperparameters).",
+            ExitCode.CONFIG,
+        ) from None
+    devices = detect_devices(job.num_gpus, job.environ)
+    report.facts.update(devices=str(devices), requested_backend=config.backend, debug=config.debug)
+    backend = resolve_backend(config, devices)
+    distribution = distribution_of(job.framework_params)
+    entry_point = _prepare_code(job)
+    base_env = {**job.environ, **job.toolkit_env}
+
+    def environment(chosen: ConcreteBackend | None, fallback: str | None) -> dict[str, str]:
+        return build_environment(
+            config=config,
+            backend=chosen,
+            devices=devices,
+            paths=job.paths,
+            base_env=base_env,
+            metrics_dir=metrics_dir,
+            scratch_dir=scratch,
+            fallback_reason=fallback,
+        )
+
+    # Before the start-up check, which compiles a tiny graph into the same cache.
+    cache_warm = config.cache and any(p.is_file() for p in job.paths.cache.rglob("*"))
+    env = environment(backend, None)
+    if backend is not None:
+        backend, env = _check_backend(config, backend, devices, env, report, environment)
+    cache_dir = job.paths.cache if (config.cache and backend) else None
+    report.facts.update(
+        backend=backend,
+        distribution=distribution,
+        cache_dir=str(cache_dir) if cache_dir else None,
+        cache_warm=bool(cache_dir and cache_warm),
+        compiler_dir=str(job.paths.compiler),
+    )
+    nproc = nproc_per_node(distribution, backend, devices, job.environ)
+    command = build_command(
+        code_dir=job.paths.code,
+        entry_point=entry_point,
+        user_args=job.user_args,
+        distribution=distribution,
+        nproc=nproc,
+        hosts=job.hosts,
+        current_host=job.current_host,
+        environ=job.environ,
+    )
+    plan = LaunchPlan(command, env, job.paths.code, distribution, nproc)
+    report.facts.update(command=command, nproc_per_node=nproc, hosts=job.hosts)
+    wait_for_hosts(job.hosts)
+    print(f"[trcomp] backend={backend or 'eager'} devices={devices} command={command}", flush=True)
+    return _outcome(run(plan, grace_period_s(job.environ)), metrics_dir, backend)
+
+
+def _prepare_code(job: Job) -> str:
+    from sagemaker_training import entry_point as toolkit_entry_point
+    from sagemaker_training import errors as toolkit_errors
+    from sagemaker_training import files
+
+    name = job.entry_point
+    if not name or name == "None":
+        raise JobFailed(
+            "no entry point: the job has no sagemaker_program hyperparameter. Pass "
+            "entry_point= (and source_dir=) to the estimator.",
+            ExitCode.NO_ENTRY_POINT,
+        )
+    if job.module_dir and Path(job.module_dir) != job.paths.code:
+        files.download_and_extract(uri=job.module_dir, path=str(job.paths.code))
+    if not (job.paths.code / name).is_file():
+        present = (
+            sorted(p.name for p in job.paths.code.iterdir())[:20] if job.paths.code.is_dir() else []
+        )
+        raise JobFailed(
+            f"entry point {name!r} not found in {job.paths.code} (it holds: "
+            f"{', '.join(present) or 'nothing'}). Set entry_point= to a file inside source_dir=.",
+            ExitCode.NO_ENTRY_POINT,
+        )
+    try:
+        toolkit_entry_point.install(name=name, path=str(job.paths.code), capture_error=True)
+    except toolkit_errors.ClientError as exc:
+        raise JobFailed(f"could not prepare the entry point {name!r}: {exc}", 1) from None
+    return name
+
+
+def _check_backend(
+    config: TrainingCompilerConfig,
+    backend: ConcreteBackend,
+    devices: Devices,
+    env: dict[str, str],
+    report: _Report,
+    environment: Callable[[ConcreteBackend | None, str | None], dict[str, str]],
+) -> tuple[ConcreteBackend | None, dict[str, str]]:
+    result = run_probe(backend, devices.gpus, env)
+    report.facts["hardware"] = result.hardware
+    if result.ok:
+        return backend, env
+    if devices.gpus:
+        raise JobFailed(
+            f"backend={backend!r} cannot drive the {devices} of this host: {result.reason}. "
+            "Use backend='inductor' (or 'auto') on NVIDIA GPUs; trcomp never trains on CPU "
+            "while GPUs are present.",
+            ExitCode.COMPILER_UNAVAILABLE,
+        )
+    if config.fallback == "fail":
+        raise JobFailed(
+            f"the {backend} compiler cannot start: {result.reason}. Fix the image, or set "
+            "fallback='eager' to run uncompiled.",
+            ExitCode.COMPILER_UNAVAILABLE,
+        )
+    warning = (
+        f"the {backend} compiler cannot start ({result.reason}); running EAGER (uncompiled) "
+        "because fallback='eager'"
+    )
+    report.warnings.append(warning)
+    print(f"[trcomp] WARNING: {warning}", file=sys.stderr, flush=True)
+    return None, environment(None, warning)
+
+
+def _outcome(
+    result: RunResult, metrics_dir: Path, backend: ConcreteBackend | None
+) -> tuple[int, str]:
+    if result.stopped_by is not None:
+        how = describe_exit(result.returncode)[1]
+        return 128 + result.stopped_by, (
+            f"training was stopped by signal {result.stopped_by} (StopTrainingJob or Ctrl-C); "
+            f"the script {how} after the SIGTERM. Files it saved under model/ and "
+            "checkpoints/ are kept."
+        )
+    if result.returncode == 0:
+        return ExitCode.OK, ""
+    exit_code, how = describe_exit(result.returncode)
+    errors = [r["error"] for r in summary_module.read_rank_records(metrics_dir) if r.get("error")]
+    if errors:
+        error = errors[0]
+        hint = hint_for(backend, error)
+        fix = f"\nFix: {hint}" if hint else ""
+        return exit_code, (
+            f"{error['type']}: {error['message']} (the training script {how}){fix}\n\n"
+            f"{error['traceback_tail']}"
+        )
+    tail = "\n".join(result.stderr_tail.strip().splitlines()[-_TAIL_LINES:])
+    return exit_code, f"the training script {how}" + (f"\n\nstderr tail:\n{tail}" if tail else "")
+
+
+def _report(job: Job, report: _Report, metrics_dir: Path) -> None:
+    records = summary_module.read_rank_records(metrics_dir) if metrics_dir.is_dir() else []
+    summary = summary_module.build_summary(records, job=report.facts, warnings=report.warnings)
+    try:
+        summary_module.write_summary(job.paths.compiler / "summary.json", summary)
+    except OSError as exc:
+        print(f"[trcomp] could not write summary.json: {exc}", file=sys.stderr)
+    for line in summary_module.metric_lines(summary):
+        print(line)
+    print(summary_module.render_block(summary), flush=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("SAGEMAKER_TRAINING_MODULE", "trcomp_container.training:main")
+    from sagemaker_training import trainer
+
+    trainer.train()

@@ -1,0 +1,186 @@
+"""Small helpers that make a plain PyTorch loop use the job's compiler.
+
+The container exports the resolved config as ``TRCOMP_CONFIG``; these helpers
+read it. With the compiler off, or outside a job, they are the plain eager
+equivalents, so one script runs on a laptop, in process mode and on SageMaker::
+
+    from trcomp import runtime
+
+    device = runtime.device()
+    model = runtime.compile(Net().to(device))
+    for x, y in runtime.wrap_loader(loader):
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        runtime.optimizer_step(optimizer)
+        optimizer.zero_grad()
+    runtime.save(model.state_dict(), "/opt/ml/model/model.pt")
+
+torch is imported inside the functions, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "backend",
+    "compile",
+    "device",
+    "is_enabled",
+    "mark_step",
+    "optimizer_step",
+    "resolved_config",
+    "save",
+    "wrap_loader",
+]
+
+CONFIG_ENV = "TRCOMP_CONFIG"
+
+
+@functools.lru_cache(maxsize=1)
+def _config_from(text: str | None) -> Mapping[str, Any]:
+    if not text:
+        return {"enabled": False, "backend": None}
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{CONFIG_ENV} is not valid JSON ({exc}); it is set by the trcomp container: "
+            "unset it to run eager"
+        ) from None
+    return body if isinstance(body, dict) else {"enabled": False, "backend": None}
+
+
+def resolved_config() -> Mapping[str, Any]:
+    """The resolved config the container exported (``TRCOMP_CONFIG``); compiler off if unset."""
+    return _config_from(os.environ.get(CONFIG_ENV))
+
+
+def backend() -> str | None:
+    """``"xla"``, ``"inductor"`` or None (eager)."""
+    config = resolved_config()
+    return config.get("backend") if config.get("enabled") else None
+
+
+def is_enabled() -> bool:
+    """Whether this process runs with a compiler."""
+    return backend() is not None
+
+
+def device() -> torch.device:
+    """The device to train on: the XLA device under xla, else this rank's GPU, else CPU."""
+    import torch
+
+    if backend() == "xla":
+        import torch_xla
+
+        return torch_xla.device()
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def compile(model: torch.nn.Module) -> torch.nn.Module:
+    """``torch.compile`` under inductor with the config's options; the model itself otherwise.
+
+    Under xla the model is returned as is: torch-xla traces and compiles lazily.
+    Only options that differ from torch.compile's defaults are passed.
+    """
+    if backend() != "inductor":
+        return model
+    import torch
+
+    config = resolved_config()
+    kwargs: dict[str, Any] = {"backend": "inductor"}
+    if config.get("mode", "default") != "default":
+        kwargs["mode"] = config["mode"]
+    if config.get("fullgraph"):
+        kwargs["fullgraph"] = True
+    if config.get("dynamic") is not None:
+        kwargs["dynamic"] = config["dynamic"]
+    if config.get("inductor_options"):
+        if "mode" in kwargs:
+            # torch.compile takes mode or options, not both: options win, mode is dropped.
+            kwargs.pop("mode")
+        kwargs["options"] = dict(config["inductor_options"])
+    compiled: torch.nn.Module = torch.compile(model, **kwargs)  # type: ignore[assignment]
+    return compiled
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer) -> Any:
+    """``optimizer.step()``; under xla ``xm.optimizer_step`` (reduces gradients across replicas)."""
+    if backend() == "xla":
+        import torch_xla.core.xla_model as xm
+
+        return xm.optimizer_step(optimizer)
+    return optimizer.step()
+
+
+def mark_step() -> None:
+    """Cut and run the traced XLA graph (``torch_xla.sync()``); a no-op otherwise.
+
+    Not needed when iterating a loader from :func:`wrap_loader`, which does it per batch.
+    """
+    if backend() == "xla":
+        import torch_xla
+
+        torch_xla.sync()
+
+
+def wrap_loader(loader: Iterable[Any]) -> Iterable[Any]:
+    """Yield ``loader``'s batches on :func:`device`.
+
+    Under xla this is torch-xla's ``MpDeviceLoader``: it preloads batches onto the
+    device and marks a step after each one.
+    """
+    if backend() == "xla":
+        import torch_xla.distributed.parallel_loader as pl
+
+        return pl.MpDeviceLoader(loader, device())
+    return _to_device(loader, device())
+
+
+def _to_device(loader: Iterable[Any], target: torch.device) -> Iterator[Any]:
+    for batch in loader:
+        yield _move(batch, target)
+
+
+def _move(batch: Any, target: torch.device) -> Any:
+    if hasattr(batch, "to"):
+        return batch.to(target)
+    if isinstance(batch, Mapping):
+        return type(batch)({key: _move(value, target) for key, value in batch.items()})  # type: ignore[call-arg]
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
+        return type(batch)(*(_move(value, target) for value in batch))
+    if isinstance(batch, tuple | list):
+        return type(batch)(_move(value, target) for value in batch)
+    return batch
+
+
+def save(obj: Any, path: str | os.PathLike[str]) -> None:
+    """Save ``obj`` once per job (rank 0), from CPU, creating the directory.
+
+    Under xla this is ``xm.save``, which moves tensors off the device first.
+    """
+    target = Path(path)
+    if backend() == "xla":
+        import torch_xla.core.xla_model as xm
+
+        if xm.is_master_ordinal(local=False):
+            target.parent.mkdir(parents=True, exist_ok=True)
+        xm.save(obj, str(target))
+        return
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    import torch
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(obj, str(target))

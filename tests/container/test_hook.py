@@ -1,0 +1,56 @@
+"""The in-process metrics hook (hook/sitecustomize.py), in a real Python child."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from trcomp_container.environment import HOOK_DIR
+
+STEPS = """
+import torch
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(6):
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+raise KeyError("missing column 'label'")
+"""
+
+
+def run_hooked(tmp_path: Path, code: str, extra_path: str = "") -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRCOMP_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOK_DIR), extra_path]))
+    env["TRCOMP_METRICS_DIR"] = str(tmp_path / "ranks")
+    env["RANK"] = "3"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+
+
+def test_hook_records_steps_and_the_uncaught_exception(tmp_path):
+    done = run_hooked(tmp_path, STEPS)
+    assert done.returncode == 1
+    assert "missing column" in done.stderr  # the normal traceback still prints
+    (path,) = (tmp_path / "ranks").glob("rank3-pid*.json")
+    record = json.loads(path.read_text())
+    assert record["steps"] == 6 and len(record["step_intervals_s"]) == 5
+    assert record["first_step_s"] > 0
+    assert record["error"]["type"] == "KeyError"
+    assert "missing column 'label'" in record["error"]["message"]
+    assert "Traceback" in record["error"]["traceback_tail"]
+
+
+def test_processes_that_do_nothing_leave_no_file(tmp_path):
+    assert run_hooked(tmp_path, "print('hi')").returncode == 0
+    assert not list((tmp_path / "ranks").glob("*.json"))
+
+
+def test_an_images_own_sitecustomize_still_runs(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import builtins; builtins.IMAGE_HOOK = True\n")
+    done = run_hooked(tmp_path, "import builtins; print(builtins.IMAGE_HOOK)", str(other))
+    assert done.stdout.strip() == "True", done.stderr

@@ -1,0 +1,168 @@
+"""Every way out of a job: one failure file, the right exit code, saved files kept.
+
+These run the real ``train`` on a temporary tree; the scripts avoid torch, so
+each job takes seconds.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+
+from trcomp.config import TrainingCompilerConfig
+
+pytestmark = pytest.mark.slow
+
+OFF = TrainingCompilerConfig(enabled=False)
+
+
+def assert_single_reason(failure: str | None) -> str:
+    assert failure, "no failure file"
+    assert "Framework Error" not in failure  # ours, not the toolkit's generic one
+    return failure
+
+
+def test_script_exception_gives_message_and_traceback_tail(tmp_path, jobs):
+    run = jobs.run_job(
+        tmp_path, config=OFF, entry_point="crash.py", hyperparameters={"mode": "raise"}
+    )
+    assert run.returncode == 1, run.output
+    failure = assert_single_reason(run.failure)
+    assert failure.startswith("ValueError: corrupt record 7 in shard train-00042")
+    assert "load_batch" in failure and "Traceback" in failure
+    assert (tmp_path / "model" / "partial.txt").exists()
+    assert run.summary["exit_code"] == 1
+
+
+def test_sigkill_is_137_probably_out_of_memory(tmp_path, jobs):
+    run = jobs.run_job(
+        tmp_path, config=OFF, entry_point="crash.py", hyperparameters={"mode": "kill"}
+    )
+    assert run.returncode == 137, run.output
+    failure = assert_single_reason(run.failure)
+    assert "signal 9" in failure and "out of memory" in failure
+    assert (tmp_path / "model" / "partial.txt").exists()
+
+
+def test_plain_exit_code_passes_through_with_stderr_tail(tmp_path, jobs):
+    run = jobs.run_job(
+        tmp_path, config=OFF, entry_point="crash.py", hyperparameters={"mode": "exit"}
+    )
+    assert run.returncode == 3
+    assert "giving up" in assert_single_reason(run.failure)
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [({"backend": "tpu"}, "backend"), ({"backend": "inductor", "warp_speed": True}, "warp_speed")],
+)
+def test_bad_config_names_the_field(tmp_path, jobs, body, named):
+    hps = {"sagemaker_training_compiler_enabled": True, "sagemaker_training_compiler_config": body}
+    run = jobs.run_job(tmp_path, config=None, entry_point="probe_env.py", hyperparameters=hps)
+    assert run.returncode == 64, run.output
+    failure = assert_single_reason(run.failure)
+    assert failure.startswith("invalid compiler config") and named in failure
+    assert not (tmp_path / "model" / "seen.json").exists()
+
+
+def test_missing_entry_point(tmp_path, jobs):
+    run = jobs.run_job(
+        tmp_path, config=OFF, entry_point=None, hyperparameters={"sagemaker_program": "nope.py"}
+    )
+    assert run.returncode == 66, run.output
+    assert "'nope.py' not found" in assert_single_reason(run.failure)
+
+
+def test_hyperparameters_are_argv_never_a_shell(tmp_path, jobs):
+    evil = "; touch /tmp/trcomp-pwned #"
+    run = jobs.run_job(
+        tmp_path, config=OFF, entry_point="probe_env.py", hyperparameters={"name": evil, "lr": 0.1}
+    )
+    assert run.returncode == 0, run.output
+    seen = run.model_json("seen.json")
+    assert seen["argv"] == ["--lr", "0.1", "--name", evil]
+    assert seen["env"]["USE_TORCH_XLA"] == "0" and seen["backend"] is None
+    assert run.failure is None and (tmp_path / "output" / "success").exists()
+
+
+def test_legacy_two_key_job_compiles_with_inductor(tmp_path, jobs):
+    hps = {
+        "sagemaker_training_compiler_enabled": True,
+        "sagemaker_training_compiler_debug_mode": False,
+    }
+    run = jobs.run_job(tmp_path, config=None, entry_point="probe_env.py", hyperparameters=hps)
+    assert run.returncode == 0, run.output
+    seen = run.model_json("seen.json")
+    assert seen["backend"] == "inductor"
+    assert seen["env"]["ACCELERATE_DYNAMO_BACKEND"] == "INDUCTOR"
+    assert seen["env"]["TORCHINDUCTOR_CACHE_DIR"] == str(
+        tmp_path / "checkpoints/trcomp-cache/inductor"
+    )
+
+
+@pytest.fixture
+def broken_torch_xla(tmp_path):
+    shadow = tmp_path / "shadow"
+    (shadow / "torch_xla").mkdir(parents=True)
+    (shadow / "torch_xla" / "__init__.py").write_text(
+        "raise ImportError('libtpu.so: cannot open shared object file (simulated)')\n"
+    )
+    return {"PYTHONPATH": str(shadow)}
+
+
+def test_backend_that_cannot_start_falls_back_to_eager_loudly(tmp_path, jobs, broken_torch_xla):
+    config = TrainingCompilerConfig(backend="xla", fallback="eager")
+    base = tmp_path / "job"
+    jobs.lay_out(base, config=config, entry_point="probe_env.py")
+    env = jobs.job_env(base, broken_torch_xla)
+    env["PYTHONPATH"] = env["PYTHONPATH"] + ":" + broken_torch_xla["PYTHONPATH"]
+    done = subprocess.run(
+        jobs.train_command(), env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "running EAGER" in done.stderr
+    summary = jobs.JobRun(base, 0, "", 0).summary
+    assert summary["backend"] is None and "simulated" in summary["warnings"][0]
+    seen = jobs.JobRun(base, 0, "", 0).model_json("seen.json")
+    assert seen["backend"] is None and seen["env"]["USE_TORCH_XLA"] == "0"
+
+
+def test_backend_that_cannot_start_fails_with_fallback_fail(tmp_path, jobs, broken_torch_xla):
+    config = TrainingCompilerConfig(backend="xla", fallback="fail")
+    base = tmp_path / "job"
+    jobs.lay_out(base, config=config, entry_point="probe_env.py")
+    env = jobs.job_env(base)
+    env["PYTHONPATH"] = env["PYTHONPATH"] + ":" + broken_torch_xla["PYTHONPATH"]
+    done = subprocess.run(
+        jobs.train_command(), env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 69, done.stdout + done.stderr
+    failure = assert_single_reason((base / "output" / "failure").read_text())
+    assert "xla compiler cannot start" in failure and "simulated" in failure
+    assert not (base / "model" / "seen.json").exists()
+
+
+def test_sigterm_is_forwarded_and_the_checkpoint_survives(tmp_path, jobs):
+    jobs.lay_out(tmp_path, config=OFF, entry_point="sigterm.py")
+    proc = subprocess.Popen(
+        jobs.train_command(),
+        env=jobs.job_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "model" / "started").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "script never started"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, output
+    failure = assert_single_reason((tmp_path / "output" / "failure").read_text())
+    assert "stopped by signal 15" in failure and "exited with code 0" in failure
+    assert (tmp_path / "checkpoints" / "on-sigterm.pt").exists()
+    assert (tmp_path / "checkpoints" / "step-1.pt").exists()
+    assert (tmp_path / "model" / "started").exists()

@@ -1,0 +1,168 @@
+"""Real training jobs through the real entrypoint, on CPU: eager, inductor and xla.
+
+Runs are shared between assertions (module-scoped fixtures) because each
+compiled run costs tens of seconds on a small CPU machine.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from trcomp.config import TrainingCompilerConfig
+from trcomp.metrics import parse_metrics
+
+pytestmark = pytest.mark.slow
+
+LOOP_HPS = {"steps": 20}
+
+
+@pytest.fixture(scope="module")
+def loop_runs(tmp_path_factory, jobs):
+    """The same runtime-helper loop, compiler off, xla (with debug) and inductor."""
+    configs = {
+        "eager": TrainingCompilerConfig(enabled=False),
+        "xla": TrainingCompilerConfig(backend="xla", debug=True),
+        "inductor": TrainingCompilerConfig(backend="inductor"),
+    }
+    return {
+        name: jobs.run_job(
+            tmp_path_factory.mktemp(name),
+            config=config,
+            entry_point="loop.py",
+            hyperparameters=LOOP_HPS,
+        )
+        for name, config in configs.items()
+    }
+
+
+def test_every_backend_trains_to_the_same_loss_and_saves(loop_runs):
+    losses = {}
+    for name, run in loop_runs.items():
+        assert run.returncode == 0, run.output
+        assert run.failure is None
+        assert (run.base / "model" / "model.pt").stat().st_size > 0
+        result = run.model_json("loss.json")
+        assert result["backend"] == (None if name == "eager" else name)
+        assert result["steps"] == LOOP_HPS["steps"]
+        losses[name] = result["loss"]
+    assert losses["xla"] == pytest.approx(losses["eager"], abs=1e-4)
+    assert losses["inductor"] == pytest.approx(losses["eager"], abs=1e-4)
+
+
+@pytest.mark.parametrize("name", ["xla", "inductor"])
+def test_compiled_runs_report_the_compiler_metrics(loop_runs, name):
+    run = loop_runs[name]
+    summary = run.summary
+    assert summary["backend"] == name
+    metrics = summary["metrics"]
+    assert metrics["graphs_compiled"] >= 1 and metrics["compile_time_s"] > 0
+    assert metrics["recompiles"] == 0 and metrics["graph_breaks"] == 0
+    assert metrics["first_step_s"] > 0 and metrics["step_time_s"] > 0
+    assert summary["cache_warm"] is False  # a fresh checkpoints directory
+    logged = parse_metrics(run.output)
+    assert logged["graphs_compiled"] == metrics["graphs_compiled"]
+    assert "trcomp summary" in run.output
+
+
+def test_eager_run_reports_steps_but_no_compilation(loop_runs):
+    metrics = loop_runs["eager"].summary["metrics"]
+    assert metrics.get("graphs_compiled", 0) == 0
+    assert metrics["step_time_s"] > 0
+
+
+def test_xla_debug_dumps_land_in_the_compiler_directory(loop_runs):
+    compiler = loop_runs["xla"].base / "output/data/compiler"
+    assert (compiler / "xla_metrics_report.rank0.txt").read_text().count("CompileTime") >= 1
+    assert any(path.stat().st_size for path in compiler.glob("xla_graphs.txt*"))
+    assert any((compiler / "xla_dump").iterdir())
+
+
+def test_warm_cache_reaches_the_first_step_sooner(loop_runs, tmp_path, jobs, record_property):
+    """A second job restoring the same checkpoints (checkpoint_s3_uri) starts warm."""
+    cold = loop_runs["inductor"]
+    shutil.copytree(cold.base / "checkpoints", tmp_path / "checkpoints")
+    warm = jobs.run_job(
+        tmp_path,
+        config=TrainingCompilerConfig(backend="inductor"),
+        entry_point="loop.py",
+        hyperparameters=LOOP_HPS,
+    )
+    assert warm.returncode == 0, warm.output
+    assert warm.summary["cache_warm"] is True and cold.summary["cache_warm"] is False
+    times = {
+        "cold_compile_s": cold.metrics["compile_time_s"],
+        "warm_compile_s": warm.metrics["compile_time_s"],
+        "cold_first_step_s": cold.metrics["first_step_s"],
+        "warm_first_step_s": warm.metrics["first_step_s"],
+    }
+    for key, value in times.items():
+        record_property(key, value)
+    print(f"inductor cache: {times}")
+    assert times["warm_compile_s"] < times["cold_compile_s"]
+    assert times["warm_first_step_s"] < times["cold_first_step_s"]
+    assert warm.model_json("loss.json")["loss"] == pytest.approx(
+        cold.model_json("loss.json")["loss"], abs=1e-6
+    )
+
+
+def test_native_torch_xla_script_runs_under_xla(tmp_path, jobs):
+    run = jobs.run_job(
+        tmp_path, config=TrainingCompilerConfig(backend="xla"), entry_point="native_xla.py"
+    )
+    assert run.returncode == 0, run.output
+    assert run.model_json("result.json")["hw"] == "CPU"
+    assert (tmp_path / "model" / "model.pt").exists()
+    assert run.summary["metrics"]["graphs_compiled"] >= 1
+    assert run.summary["ranks"][0]["steps"] == 10
+
+
+def test_torchrun_two_processes_with_inductor_and_debug(tmp_path, jobs):
+    config = TrainingCompilerConfig(backend="inductor", debug=True)
+    run = jobs.run_job(
+        tmp_path,
+        config=config,
+        entry_point="ddp.py",
+        hyperparameters={"sagemaker_torch_distributed_enabled": True},
+        env={"TRCOMP_NPROC_PER_NODE": "2"},
+    )
+    assert run.returncode == 0, run.output
+    result = run.model_json("ddp.json")
+    assert result == {"world": 2, "in_sync": True, "backend": "inductor"}
+    summary = run.summary
+    assert summary["distribution"] == "torch_distributed" and summary["nproc_per_node"] == 2
+    assert [rank["rank"] for rank in summary["ranks"]] == [0, 1]
+    assert all(rank["steps"] == 8 for rank in summary["ranks"])
+    assert summary["metrics"]["graphs_compiled"] >= 1
+    compiler = tmp_path / "output/data/compiler"
+    assert (compiler / "compile_times.rank0.txt").exists()
+    assert any((compiler / "inductor_debug").rglob("*.py"))  # generated code and FX graphs
+    assert any((compiler / "trace").iterdir())  # structured trace, for tlparse
+
+
+def test_unmodified_hf_trainer_is_compiled_by_inductor(tmp_path, jobs):
+    run = jobs.run_job(
+        tmp_path,
+        config=TrainingCompilerConfig(backend="inductor"),
+        entry_point="hf_trainer.py",
+        hyperparameters={"max-steps": 4},
+    )
+    assert run.returncode == 0, run.output
+    assert run.model_json("result.json")["compiled"] == "OptimizedModule"
+    assert run.summary["metrics"]["graphs_compiled"] >= 1
+    assert run.summary["metrics"]["recompiles"] == 0
+    assert run.summary["ranks"][0]["steps"] == 4
+
+
+def test_unmodified_hf_trainer_under_xla_runs_or_names_the_one_line_fix(tmp_path, jobs):
+    run = jobs.run_job(
+        tmp_path,
+        config=TrainingCompilerConfig(backend="xla"),
+        entry_point="hf_trainer.py",
+        hyperparameters={"max-steps": 2},
+    )
+    if run.returncode == 0:
+        assert "xla" in run.model_json("result.json")["device"]
+    else:
+        assert "optim='adamw_torch'" in (run.failure or ""), run.output

@@ -1,0 +1,77 @@
+"""trcomp.runtime: eager outside a job, compiled inside one; torch stays lazy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from trcomp import runtime
+
+
+@pytest.fixture
+def config_env(monkeypatch):
+    def set_config(**body):
+        monkeypatch.setenv("TRCOMP_CONFIG", json.dumps(body))
+        runtime._config_from.cache_clear()
+
+    yield set_config
+    monkeypatch.delenv("TRCOMP_CONFIG", raising=False)
+    runtime._config_from.cache_clear()
+
+
+def test_importing_trcomp_and_runtime_does_not_import_torch():
+    code = "import sys, trcomp, trcomp.runtime; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_outside_a_job_everything_is_eager(monkeypatch, tmp_path):
+    import torch
+
+    monkeypatch.delenv("TRCOMP_CONFIG", raising=False)
+    runtime._config_from.cache_clear()
+    assert runtime.backend() is None and not runtime.is_enabled()
+    assert runtime.device() == torch.device("cpu")
+    model = torch.nn.Linear(2, 2)
+    assert runtime.compile(model) is model
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.ones(1, 2)).sum().backward()
+    before = model.weight.detach().clone()
+    runtime.optimizer_step(optimizer)
+    assert not torch.equal(before, model.weight)
+    runtime.mark_step()
+    batches = list(runtime.wrap_loader([(torch.ones(1), {"y": torch.zeros(1)})]))
+    assert batches[0][1]["y"].device.type == "cpu"
+    runtime.save({"w": model.weight}, tmp_path / "deep" / "m.pt")
+    assert torch.load(tmp_path / "deep" / "m.pt")["w"].shape == (2, 2)
+
+
+def test_inductor_config_compiles_with_only_changed_options(config_env):
+    import torch
+
+    config_env(enabled=True, backend="inductor", mode="default", fullgraph=True, dynamic=None)
+    compiled = runtime.compile(torch.nn.Linear(2, 2))
+    assert type(compiled).__name__ == "OptimizedModule"
+    assert runtime.is_enabled()
+
+
+def test_disabled_config_is_eager(config_env):
+    config_env(enabled=False, backend=None)
+    assert runtime.backend() is None
+
+
+def test_only_rank_zero_saves(config_env, monkeypatch, tmp_path):
+    config_env(enabled=False, backend=None)
+    monkeypatch.setenv("RANK", "1")
+    runtime.save({"a": 1}, tmp_path / "x.pt")
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_bad_trcomp_config_says_what_to_do(config_env, monkeypatch):
+    monkeypatch.setenv("TRCOMP_CONFIG", "{oops")
+    runtime._config_from.cache_clear()
+    with pytest.raises(ValueError, match="TRCOMP_CONFIG"):
+        runtime.backend()

@@ -1,0 +1,90 @@
+"""Aggregation of per-rank records into summary.json and the metric lines."""
+
+from __future__ import annotations
+
+import json
+
+from trcomp.metrics import parse_metrics
+from trcomp_container.summary import (
+    build_summary,
+    metric_lines,
+    read_rank_records,
+    render_block,
+    steady_step_time,
+)
+
+
+def record(rank, steps, intervals, compile_s=2.0, graphs=3, pid=1, **extra):
+    return {
+        "rank": rank,
+        "pid": pid,
+        "steps": steps,
+        "first_step_s": 10.0 + rank,
+        "step_intervals_s": intervals,
+        "compile": {
+            "time_s": compile_s,
+            "graphs": graphs,
+            "recompiles": rank,
+            "graph_breaks": 1,
+            "events": 2,
+            "graph_break_reasons": {"print": 1},
+        },
+        "xla": None,
+        "error": None,
+        "versions": {"torch": "2.9.0"},
+        **extra,
+    }
+
+
+def test_steady_step_time_skips_warm_up():
+    assert steady_step_time([9.0, 5.0, 1.0, 1.0, 1.0, 2.0]) == 1.0
+    assert steady_step_time([]) is None
+
+
+def test_one_record_per_rank_prefers_the_process_that_stepped(tmp_path):
+    (tmp_path / "rank0-pid1.json").write_text(json.dumps(record(0, 0, [], pid=1)))
+    (tmp_path / "rank0-pid2.json").write_text(json.dumps(record(0, 5, [0.1] * 4, pid=2)))
+    (tmp_path / "rank1-pid3.json").write_text(json.dumps(record(1, 5, [0.2] * 4, pid=3)))
+    (tmp_path / "rank2-pid4.json").write_text("{not json")
+    records = read_rank_records(tmp_path)
+    assert [(r["rank"], r["pid"]) for r in records] == [(0, 2), (1, 3)]
+
+
+def test_summary_reports_the_slowest_rank_and_lines_parse_back():
+    records = [record(0, 5, [0.1] * 6, compile_s=2.0), record(1, 5, [0.2] * 6, compile_s=3.0)]
+    summary = build_summary(records, job={"backend": "inductor"}, warnings=["w"])
+    metrics = summary["metrics"]
+    assert metrics["compile_time_s"] == 3.0
+    assert metrics["step_time_s"] == 0.2
+    assert metrics["recompiles"] == 1
+    assert metrics["first_step_s"] == 11.0
+    assert summary["backend"] == "inductor" and summary["warnings"] == ["w"]
+    assert summary["ranks"][0]["graph_break_reasons"] == {"print": 1}
+    parsed = parse_metrics("\n".join(metric_lines(summary)))
+    assert parsed["graphs_compiled"] == 3 and abs(parsed["steps_per_s"] - 5.0) < 1e-6
+    assert "trcomp summary" in render_block(summary)
+
+
+def test_xla_records_use_xla_compile_counts():
+    xla = {"compiles": 4, "compile_time_s": 1.5, "compiles_after_warmup": 0, "counters": {}}
+    summary = build_summary([record(0, 3, [0.1, 0.1], xla=xla)], job={})
+    assert summary["metrics"]["graphs_compiled"] == 4
+    assert summary["metrics"]["graph_breaks"] == 0
+
+
+def test_no_records_gives_empty_metrics():
+    summary = build_summary([], job={"backend": None})
+    assert summary["metrics"] == {} and metric_lines(summary) == []
+    assert "eager" in render_block(summary)
+
+
+def test_unreadable_xla_cache_becomes_a_warning():
+    xla = {
+        "compiles": 2,
+        "compile_time_s": 1.0,
+        "compiles_after_warmup": 0,
+        "counters": {"PersistentCacheDeserializeFailure": 2},
+    }
+    summary = build_summary([record(0, 3, [0.1, 0.1], xla=xla)], job={}, warnings=["first"])
+    assert summary["warnings"][0] == "first"
+    assert "persistent cache" in summary["warnings"][1]
