@@ -56,8 +56,9 @@ test-container: install docker-engine
 	$(PY) -m pytest -m container tests/docker
 
 # Full CPU benchmark: every reference workload, eager against each compiler, cold
-# and warm compile caches (about 12 minutes on 2 cores). Writes the numbers that
-# docs/benchmarks.md quotes. BENCH_ARGS adds options, e.g. BENCH_ARGS="--repeats 2".
+# and warm compile caches (8.7 min on a quiet 2-core machine, 20 min on a busy one).
+# Writes the numbers docs/benchmarks.md quotes. BENCH_ARGS adds options, e.g.
+# BENCH_ARGS="--repeats 2"; BENCH_OUT=DIR writes elsewhere.
 BENCH_OUT ?= docs/benchmarks
 bench: install
 	$(PY) -m trcomp.bench --json $(BENCH_OUT)/cpu.json --markdown $(BENCH_OUT)/cpu.md \

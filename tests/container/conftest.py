@@ -126,7 +126,12 @@ def run_job(
     return run_train(base, env=env, timeout=timeout)
 
 
+# Captured while this module runs: every conftest.py is imported under the name
+# "conftest", so sys.modules["conftest"] later holds whichever was loaded last.
+_THIS_MODULE = sys.modules[__name__]
+
+
 @pytest.fixture(scope="session")
 def jobs() -> ModuleType:
     """These helpers (``jobs.run_job``, ``jobs.lay_out``...), without importing a conftest."""
-    return sys.modules[__name__]
+    return _THIS_MODULE

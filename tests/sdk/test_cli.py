@@ -147,6 +147,7 @@ def test_image_build_commands() -> None:
         "build",
         "--network",
         "host",
+        "--force-rm",
         "-t",
         "trcomp-training:latest",
         "-f",
@@ -162,7 +163,7 @@ def test_image_build_commands() -> None:
 def test_image_build_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["image", "build", "--dry-run", "--base-image", "nvcr.io/nvidia/pytorch:x"]) == 0
     out = capsys.readouterr().out
-    assert "docker build --network host -t trcomp-training:latest" in out
+    assert "docker build --network host --force-rm -t trcomp-training:latest" in out
     assert "--build-arg BASE_IMAGE=nvcr.io/nvidia/pytorch:x" in out
 
 

@@ -1,0 +1,206 @@
+"""``trcomp bench``: the benchmark and the batch-size finder on the command line.
+
+Mounted by the ``trcomp`` command through :func:`register`; also runs alone as
+``python -m trcomp.bench``. Examples::
+
+    trcomp bench --json out/bench.json --markdown out/bench.md --png out/bench.png
+    trcomp bench --model mypkg.models:make --batch-size 16
+    trcomp bench --find-batch-size --workloads gpt2 --memory-budget-mb 4000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+__all__ = ["build_parser", "main", "register", "run"]
+
+_DESCRIPTION = (
+    "Train reference workloads (or your own model) with eager PyTorch and each compiler, "
+    "side by side, one fresh process per measurement: time to first step with a cold and a "
+    "warm compile cache, steady step time, samples/s, peak memory, and the largest loss "
+    "difference against eager (dropout off, fp32)."
+)
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    what = parser.add_argument_group("what to run")
+    what.add_argument(
+        "--workloads",
+        type=_csv,
+        default=("gpt2", "bert", "mlp", "cnn"),
+        help="comma-separated reference workloads (default: gpt2,bert,mlp,cnn)",
+    )
+    what.add_argument(
+        "--backends",
+        type=_csv,
+        default=None,
+        help="comma-separated: eager, inductor, inductor-max-autotune, xla "
+        "(default: eager,inductor and xla where torch-xla is installed)",
+    )
+    what.add_argument(
+        "--model",
+        metavar="MODULE:FACTORY",
+        help="your own model instead of the workloads: factory(batch_size) returns "
+        "(model, batch_fn); see docs/benchmarks.md",
+    )
+    what.add_argument(
+        "--size",
+        choices=("tiny", "small"),
+        default="small",
+        help="reference model size (default: small; tiny is for smoke tests)",
+    )
+    what.add_argument("--batch-size", type=int, help="batch size (default: per workload)")
+    what.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="where eager and inductor run (default: auto, CUDA when present)",
+    )
+    how = parser.add_argument_group("how long")
+    how.add_argument("--steps", type=int, default=30, help="steps per process (default: 30)")
+    how.add_argument(
+        "--warmup", type=int, default=5, help="steps left out of the steady step time (default: 5)"
+    )
+    how.add_argument(
+        "--repeats", type=int, default=1, help="warm-cache rounds after the cold one (default: 1)"
+    )
+    how.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default: 1e-3)")
+    how.add_argument(
+        "--timeout-s",
+        type=float,
+        default=900.0,
+        help="limit for one measurement process (default: 900)",
+    )
+    out = parser.add_argument_group("output (the markdown table always goes to stdout)")
+    out.add_argument("--json", type=Path, metavar="PATH", help="write the rows as JSON")
+    out.add_argument("--markdown", type=Path, metavar="PATH", help="write the markdown table")
+    out.add_argument("--png", type=Path, metavar="PATH", help="write a chart (PNG)")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    bs = parser.add_argument_group("batch-size finder")
+    bs.add_argument(
+        "--find-batch-size",
+        action="store_true",
+        help="find the largest batch that fits, per backend, for the first workload "
+        "(or --model), and the learning rate to use with it",
+    )
+    bs.add_argument(
+        "--memory-budget-mb",
+        type=float,
+        help="peak memory allowed (process RSS on CPU, where it is required; "
+        "CUDA max allocated on GPU, where the default is the whole GPU)",
+    )
+    bs.add_argument(
+        "--base-lr",
+        type=float,
+        default=1e-3,
+        help="learning rate tuned at --base-batch-size (default: 1e-3)",
+    )
+    bs.add_argument(
+        "--base-batch-size",
+        type=int,
+        default=8,
+        help="batch size --base-lr was tuned at (default: 8)",
+    )
+    bs.add_argument(
+        "--max-batch-size", type=int, default=1024, help="largest batch to try (default: 1024)"
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    """Add the ``bench`` command to a ``trcomp`` argparse parser.
+
+    The command's handler is ``args.func(args) -> int``.
+    """
+    parser = subparsers.add_parser(
+        "bench", help="benchmark eager against each compiler", description=_DESCRIPTION
+    )
+    _add_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m trcomp.bench`` (the same options as ``trcomp bench``)."""
+    parser = argparse.ArgumentParser(prog="python -m trcomp.bench", description=_DESCRIPTION)
+    _add_arguments(parser)
+    return parser
+
+
+def _find_batch_size(args: argparse.Namespace, backends: tuple[str, ...]) -> int:
+    from trcomp.bench.batchsize import find_batch_size
+
+    target = args.model or args.workloads[0]
+    results = []
+    print(f"largest batch that fits: {target}")
+    print("| backend | device | largest batch | peak mem (MiB) | lr linear | lr sqrt |")
+    print("|---|---|---|---|---|---|")
+    for backend in backends:
+        res = find_batch_size(
+            backend, workload=args.workloads[0], model=args.model, size=args.size,
+            memory_budget_mb=args.memory_budget_mb, base_lr=args.base_lr,
+            base_batch_size=args.base_batch_size, limit=args.max_batch_size, device=args.device,
+        )  # fmt: skip
+        peak = max((t.peak_mem_mb or 0.0 for t in res.trials if t.fits), default=0.0)
+        print(
+            f"| {backend} | {res.device} | {res.batch_size} | {peak:.0f} "
+            f"| {res.lr_linear or 0:.3g} | {res.lr_sqrt or 0:.3g} |",
+            flush=True,
+        )
+        results.append(asdict(res))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0 if all(r["batch_size"] for r in results) else 1
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``trcomp bench`` for parsed ``args``; 1 when any measurement failed."""
+    from trcomp.bench.harness import BenchOptions, default_backends, run_benchmark
+    from trcomp.bench.results import markdown_table, plot, write_json
+
+    backends = args.backends or default_backends()
+    if args.find_batch_size:
+        try:
+            return _find_batch_size(args, backends)
+        except (ValueError, RuntimeError) as exc:
+            print(f"trcomp bench: {exc}", file=sys.stderr)
+            return 2
+    try:
+        options = BenchOptions(
+            workloads=args.workloads, backends=backends, size=args.size,
+            batch_size=args.batch_size, steps=args.steps, warmup=args.warmup,
+            repeats=args.repeats, device=args.device, model=args.model, lr=args.lr,
+            timeout_s=args.timeout_s,
+        )  # fmt: skip
+        options.specs()  # check names before starting anything
+    except ValueError as exc:
+        print(f"trcomp bench: {exc}", file=sys.stderr)
+        return 2
+    result = run_benchmark(options, progress=not args.no_progress)
+    table = markdown_table(result.rows)
+    print(table, end="")
+    for key, error in result.errors.items():
+        print(f"trcomp bench: {key} failed: {error}", file=sys.stderr)
+    if args.json:
+        write_json(result.rows, args.json)
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(table)
+    if args.png and result.rows:
+        plot(result.rows, args.png)
+    return 1 if result.errors else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m trcomp.bench``; returns the exit code."""
+    args = build_parser().parse_args(None if argv is None else list(argv))
+    return run(args)

@@ -1,0 +1,222 @@
+"""Run the benchmark: one subprocess per measurement, backends interleaved.
+
+Order of a run (``repeats=1``): the cold round (every workload, every backend,
+each with a fresh, empty compile cache), then the warm rounds (the same runs
+again on the caches the cold round filled). Inside a round the backends of a
+workload run one after the other, in an order rotated each round, so drift on
+a shared machine lands on all of them alike. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from trcomp.bench.backends import backend_env, get_backend
+from trcomp.bench.results import Row
+from trcomp.bench.worker import RunSpec
+from trcomp.bench.workloads import get_workload
+
+__all__ = [
+    "BenchOptions",
+    "BenchResult",
+    "RunFailed",
+    "Runner",
+    "default_backends",
+    "quick_options",
+    "run_benchmark",
+    "run_measurement",
+]
+
+# Runs a spec in a subprocess with an environment; returns the worker's result dict.
+Runner = Callable[[RunSpec, Mapping[str, str]], dict[str, Any]]
+
+
+class RunFailed(RuntimeError):
+    """A measurement subprocess failed; ``result`` holds what it reported."""
+
+    def __init__(self, message: str, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What to benchmark. Defaults are what ``make bench`` runs."""
+
+    workloads: tuple[str, ...] = ("gpt2", "bert", "mlp", "cnn")
+    backends: tuple[str, ...] = ("eager", "inductor", "xla")
+    size: str = "small"
+    batch_size: int | None = None  # None: each workload's default
+    steps: int = 30
+    warmup: int = 5
+    repeats: int = 1  # warm rounds after the cold one
+    device: str = "auto"
+    model: str | None = None  # a user's module:factory instead of the workloads
+    lr: float = 1e-3
+    timeout_s: float = 900.0
+
+    def specs(self) -> list[RunSpec]:
+        """One spec per (workload, backend), in workload order."""
+        names = ("custom",) if self.model else self.workloads
+        out = []
+        for name in names:
+            if self.model:
+                batch = self.batch_size or 8
+            else:
+                batch = self.batch_size or get_workload(name).default_batch_size
+            for backend in self.backends:
+                get_backend(backend)
+                out.append(RunSpec(
+                    backend=backend, batch_size=batch, workload=name, model=self.model,
+                    size=self.size, steps=self.steps, warmup=self.warmup, lr=self.lr,
+                    device=self.device,
+                ))  # fmt: skip
+        return out
+
+
+@dataclass
+class BenchResult:
+    """Rows (one per workload and backend that ran) and the errors of those that did not."""
+
+    rows: list[Row] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def default_backends() -> tuple[str, ...]:
+    """eager and inductor, plus xla where torch-xla is installed (checked without importing it)."""
+    import importlib.util
+
+    has_xla = importlib.util.find_spec("torch_xla") is not None
+    return ("eager", "inductor", "xla") if has_xla else ("eager", "inductor")
+
+
+def _child_env(base: Mapping[str, str]) -> dict[str, str]:
+    # The child must import this very trcomp and, for --model, the user's modules.
+    package_root = str(Path(__file__).resolve().parents[2])
+    paths = [package_root, os.getcwd(), *filter(None, base.get("PYTHONPATH", "").split(os.pathsep))]
+    env = dict(base)
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def run_measurement(
+    spec: RunSpec, env: Mapping[str, str], timeout_s: float = 900.0
+) -> dict[str, Any]:
+    """Run ``spec`` in a fresh ``python -m trcomp.bench.worker``; raise :class:`RunFailed`."""
+    with tempfile.TemporaryDirectory(prefix="trcomp-run-") as tmp:
+        spec_path, out_path = Path(tmp, "spec.json"), Path(tmp, "out.json")
+        spec_path.write_text(spec.to_json())
+        command = [sys.executable, "-m", "trcomp.bench.worker", str(spec_path), str(out_path)]
+        try:
+            proc = subprocess.run(
+                command, env=_child_env(env), stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, text=True, timeout=timeout_s, check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise RunFailed(f"timed out after {timeout_s:.0f} s", {"oom": False}) from None
+        result: dict[str, Any] = json.loads(out_path.read_text()) if out_path.exists() else {}
+    if proc.returncode == 0 and "error" not in result:
+        return result
+    if proc.returncode in (-9, 137):
+        result = {"error": "killed by signal 9, probably out of memory", "oom": True}
+    message = result.get("error") or f"exit {proc.returncode}: {proc.stderr.strip()[-800:]}"
+    raise RunFailed(message, result)
+
+
+def _label(spec: RunSpec) -> str:
+    return spec.model or spec.workload
+
+
+def _max_diff(losses: Iterable[list[float]], reference: list[float]) -> float:
+    diffs = [abs(a - b) for run in losses for a, b in zip(run, reference, strict=False)]
+    return max(diffs) if diffs else 0.0
+
+
+def _row(spec: RunSpec, runs: list[dict[str, Any]], eager: list[dict[str, Any]] | None) -> Row:
+    """Fold the cold run and the warm runs of one (workload, backend) into a row."""
+    steps = [t for run in runs for t in run["step_times_s"]]
+    step_s = statistics.median(steps)
+    warm = [run["first_step_s"] for run in runs[1:]]
+    max_diff = None
+    if eager:
+        own = [run["losses"] for run in runs]
+        if spec.backend == "eager":
+            max_diff = _max_diff(own[1:], own[0])  # determinism check: eager against itself
+        else:
+            max_diff = _max_diff(own, eager[0]["losses"])
+    return Row(
+        workload=_label(spec), backend=spec.backend, device=runs[0]["device"],
+        batch_size=spec.batch_size, first_step_cold_s=runs[0]["first_step_s"],
+        first_step_warm_s=statistics.median(warm) if warm else None, step_s=step_s,
+        samples_per_s=spec.batch_size / step_s,
+        peak_mem_mb=max(run["peak_mem_mb"] for run in runs), max_loss_diff=max_diff,
+    )  # fmt: skip
+
+
+def _rotate(items: list[RunSpec], by: int) -> list[RunSpec]:
+    by %= max(len(items), 1)
+    return items[by:] + items[:by]
+
+
+def run_benchmark(
+    options: BenchOptions,
+    progress: bool = True,
+    runner: Runner | None = None,
+    cache_root: Path | None = None,
+) -> BenchResult:
+    """Measure every (workload, backend) of ``options``; failures become ``errors``.
+
+    ``runner`` replaces :func:`run_measurement` (tests); ``cache_root`` keeps the
+    compile caches (default: a temporary directory removed at the end).
+    """
+    from tqdm import tqdm
+
+    specs = options.specs()
+    run = runner or (lambda s, e: run_measurement(s, e, options.timeout_s))
+    by_workload: dict[str, list[RunSpec]] = {}
+    for spec in specs:
+        by_workload.setdefault(_label(spec), []).append(spec)
+    rounds = 1 + options.repeats
+    results: dict[RunSpec, list[dict[str, Any]]] = {spec: [] for spec in specs}
+    errors: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="trcomp-bench-") as tmp:
+        root = cache_root or Path(tmp)
+        bar = tqdm(total=rounds * len(specs), disable=not progress, file=sys.stderr, unit="run")
+        with bar:
+            for round_no in range(rounds):
+                for workload, group in by_workload.items():
+                    for spec in _rotate(group, round_no):
+                        key = f"{workload}/{spec.backend}"
+                        bar.set_description(f"{key} {'cold' if round_no == 0 else 'warm'}")
+                        if key not in errors:
+                            cache = root / workload.replace(":", "_").replace("/", "_")
+                            env = backend_env(spec.backend, cache / spec.backend, os.environ)
+                            try:
+                                results[spec].append(run(spec, env))
+                            except RunFailed as exc:
+                                errors[key] = str(exc)
+                        bar.update(1)
+    rows = []
+    for group in by_workload.values():
+        eager = next((results[s] for s in group if s.backend == "eager"), None)
+        eager = eager if eager and f"{_label(group[0])}/eager" not in errors else None
+        for spec in group:
+            if f"{_label(spec)}/{spec.backend}" not in errors:
+                rows.append(_row(spec, results[spec], eager))
+    return BenchResult(rows, errors)
+
+
+def quick_options(**changes: Any) -> BenchOptions:
+    """Small settings (tiny models, few steps): for tests and a first look."""
+    base = BenchOptions(size="tiny", steps=8, warmup=3, repeats=1)
+    return replace(base, **changes)

@@ -1,0 +1,125 @@
+"""Benchmark results: the row, and its JSON, markdown and PNG forms."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ROW_KEYS", "Row", "markdown_table", "plot", "read_json", "write_json"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One (workload, backend) measurement. Times in seconds, memory in MiB.
+
+    ``first_step_*_s``: from the compile call to the end of the first optimizer
+    step, in a fresh process, with an empty (cold) or filled (warm) compile
+    cache. ``step_s``: median steady-state step. ``peak_mem_mb``: CUDA max
+    allocated on GPU, peak process RSS elsewhere. ``max_loss_diff``: largest
+    per-step loss difference against eager over the same steps (eager's own row:
+    its warm runs against its cold run); None without an eager run.
+    """
+
+    workload: str
+    backend: str
+    device: str
+    batch_size: int
+    first_step_cold_s: float
+    first_step_warm_s: float | None
+    step_s: float
+    samples_per_s: float
+    peak_mem_mb: float
+    max_loss_diff: float | None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Row:
+        """A row from its JSON object; unknown or missing keys are an error."""
+        if set(data) != set(ROW_KEYS):
+            raise ValueError(f"a benchmark row has exactly the keys {', '.join(ROW_KEYS)}")
+        return cls(**data)
+
+
+ROW_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Row))
+
+
+def write_json(rows: list[Row], path: Path) -> None:
+    """Write ``rows`` as a JSON list of objects with :data:`ROW_KEYS`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+
+
+def read_json(path: Path) -> list[Row]:
+    """The rows :func:`write_json` wrote."""
+    return [Row.from_dict(item) for item in json.loads(path.read_text())]
+
+
+def _eager_step(rows: list[Row]) -> dict[str, float]:
+    return {r.workload: r.step_s for r in rows if r.backend == "eager"}
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def markdown_table(rows: list[Row]) -> str:
+    """A GitHub markdown table; "vs eager" is eager's step time over this row's (>1 is faster)."""
+    eager = _eager_step(rows)
+    head = (
+        "| workload | backend | device | batch | first step cold (s) | first step warm (s) "
+        "| step (ms) | samples/s | vs eager | peak mem (MiB) | max loss diff |"
+    )
+    lines = [head, "|" + "---|" * 11]
+    for r in rows:
+        ratio = eager[r.workload] / r.step_s if r.workload in eager else None
+        lines.append(
+            f"| {r.workload} | {r.backend} | {r.device} | {r.batch_size} "
+            f"| {r.first_step_cold_s:.2f} | {_num(r.first_step_warm_s, '.2f')} "
+            f"| {r.step_s * 1e3:.1f} | {r.samples_per_s:.0f} | {_num(ratio, '.2f')}x "
+            f"| {r.peak_mem_mb:.0f} | {_num(r.max_loss_diff, '.1e')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(
+    rows: list[Row], path: Path, title: str = "trcomp bench: eager against each compiler"
+) -> None:
+    """A two-panel PNG: steady-step speed-up over eager, and time to first step."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: files only
+    import matplotlib.pyplot as plt
+
+    workloads = list(dict.fromkeys(r.workload for r in rows))
+    backends = list(dict.fromkeys(r.backend for r in rows))
+    eager = _eager_step(rows)
+    by_key = {(r.workload, r.backend): r for r in rows}
+    width = 0.8 / max(len(backends), 1)
+    fig, (speed, first) = plt.subplots(1, 2, figsize=(10, 3.6), dpi=80)
+    for i, backend in enumerate(backends):
+        xs = [w + i * width for w in range(len(workloads))]
+        got = [by_key.get((w, backend)) for w in workloads]
+        ratios = [eager[r.workload] / r.step_s if r and r.workload in eager else 0 for r in got]
+        speed.bar(xs, ratios, width, label=backend)
+        cold = [r.first_step_cold_s if r else 0 for r in got]
+        warm = [(r.first_step_warm_s or 0) if r else 0 for r in got]
+        cold_xs = [x - width / 4 for x in xs]
+        warm_xs = [x + width / 4 for x in xs]
+        first.bar(cold_xs, cold, width / 2, label=f"{backend} cold", alpha=0.4, color=f"C{i}")
+        first.bar(warm_xs, warm, width / 2, label=f"{backend} warm", color=f"C{i}")
+    centre = [w + 0.4 - width / 2 for w in range(len(workloads))]
+    speed.axhline(1.0, color="black", linewidth=0.8)
+    speed.set(title="steady step: speed-up over eager (>1 faster)", ylabel="x")
+    first.set(title="time to first step (s), cold and warm cache", ylabel="s", yscale="log")
+    for ax in (speed, first):
+        ax.set_xticks(centre, workloads)
+    tallest = max((r.first_step_cold_s for r in rows), default=1.0)
+    first.set_ylim(top=tallest * 30)  # head room for the legend on the log scale
+    speed.legend(fontsize=8)
+    first.legend(fontsize=7, ncol=3, loc="upper left")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,121 @@
+"""Real measurements: worker processes, the command line, the GPU script's dry run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trcomp.bench import cli, gpu_h200
+from trcomp.bench.backends import backend_env
+from trcomp.bench.harness import RunFailed, run_measurement
+from trcomp.bench.results import ROW_KEYS
+from trcomp.bench.worker import RunSpec, measure
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_measure_in_process_eager(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("USE_TORCH_XLA", "0")
+    result = measure(RunSpec(backend="eager", batch_size=8, workload="mlp", size="tiny", steps=5))
+    assert len(result["losses"]) == 5 and result["device"].startswith("cpu")
+    assert result["first_step_s"] > 0 and len(result["step_times_s"]) == 4
+    assert result["peak_mem_mb"] > 10
+
+
+def test_a_failing_measurement_reports_the_error(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    spec = RunSpec(backend="eager", batch_size=2, model="no_such_module_xyz:make", steps=2)
+    with pytest.raises(RunFailed, match="No module named 'no_such_module_xyz'"):
+        run_measurement(spec, backend_env("eager", tmp_path, {"PATH": "/usr/bin:/bin"}))
+
+
+def test_register_mounts_bench_on_a_parent_parser() -> None:
+    parser = argparse.ArgumentParser(prog="trcomp")
+    cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", "--workloads", "gpt2,mlp", "--backends", "eager"])
+    assert args.func is cli.run and args.workloads == ("gpt2", "mlp")
+    assert cli.main(["--workloads", "resnet", "--backends", "eager"]) == 2
+
+
+@pytest.mark.slow
+def test_bench_a_user_model_eager_against_inductor_cold_and_warm(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code = cli.main([
+        "--model", f"{HERE / 'my_model.py'}:make", "--backends", "eager,inductor",
+        "--batch-size", "4", "--steps", "5", "--warmup", "2", "--repeats", "1",
+        "--json", str(out / "rows.json"), "--markdown", str(out / "rows.md"),
+        "--png", str(out / "rows.png"), "--no-progress",
+    ])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    rows = json.loads((out / "rows.json").read_text())
+    assert [r["backend"] for r in rows] == ["eager", "inductor"]
+    assert all(list(r) == list(ROW_KEYS) for r in rows)
+    eager, inductor = rows
+    assert eager["max_loss_diff"] == 0.0  # eager is deterministic run to run
+    assert inductor["max_loss_diff"] < 1e-4  # fp32, no dropout: the same training
+    assert inductor["first_step_warm_s"] is not None and inductor["step_s"] > 0
+    assert "| inductor |" in capsys.readouterr().out
+    assert (out / "rows.png").stat().st_size > 1000 and (out / "rows.md").exists()
+
+
+def test_gpu_script_math_and_report() -> None:
+    # 124M params, 16k tokens per step, 0.1 s per step: 6*N*T/t = 1.19e15 FLOP/s.
+    util = gpu_h200.mfu(124_000_000, 16_384, 0.1)
+    assert util == pytest.approx(6 * 124e6 * 16_384 / 0.1 / 989e12)
+    results = [
+        gpu_h200.GpuResult("gpt2-small", "eager", 124_000_000, 16_384, 2.0, 0.2, 10.0),
+        gpu_h200.GpuResult("gpt2-small", "inductor", 124_000_000, 16_384, 60.0, 0.1, 8.0),
+    ]
+    report = gpu_h200.format_report(results)
+    assert "989 TFLOP/s" in report and "| 2.00x |" in report
+
+
+def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
+    script = Path(gpu_h200.__file__)
+    proc = subprocess.run(
+        [sys.executable, str(script), "--dry-run", "--backends", "eager", "--steps", "2",
+         "--warmup", "1", "--json", str(tmp_path / "gpu.json")],
+        capture_output=True, text=True, timeout=300,
+        env={"PATH": "/usr/bin:/bin", "USE_TORCH_XLA": "0"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| gpt2-small | eager |" in proc.stdout and "| bert-base | eager |" in proc.stdout
+    rows = json.loads((tmp_path / "gpu.json").read_text())
+    assert {r["model"] for r in rows} == {"gpt2-small", "bert-base"}
+
+
+def test_xla_runs_through_the_runtime_helpers_and_matches_eager(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    base = {"PATH": "/usr/bin:/bin"}
+    results = {}
+    for backend in ("eager", "xla"):
+        spec = RunSpec(backend=backend, batch_size=4, model=f"{HERE / 'my_model.py'}:make", steps=4)
+        results[backend] = run_measurement(spec, backend_env(backend, tmp_path / backend, base))
+    assert results["xla"]["device"].startswith("xla:")
+    assert any((tmp_path / "xla" / "xla").iterdir())  # the persistent cache was written
+    xla, eager = results["xla"]["losses"], results["eager"]["losses"]
+    diffs = [abs(a - b) for a, b in zip(xla, eager, strict=True)]
+    assert max(diffs) < 1e-4
+
+
+@pytest.mark.slow
+def test_find_batch_size_command_on_cpu(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bs.json"
+    args = ["--find-batch-size", "--workloads", "mlp", "--size", "tiny", "--backends", "eager"]
+    args += ["--memory-budget-mb", "100000", "--max-batch-size", "2", "--json", str(out)]
+    assert cli.main(args) == 0
+    (found,) = json.loads(out.read_text())
+    assert found["batch_size"] == 2 and [t["batch_size"] for t in found["trials"]] == [1, 2]
+    assert found["lr_linear"] == pytest.approx(1e-3 * 2 / 8)
+    assert "| eager | cpu" in capsys.readouterr().out

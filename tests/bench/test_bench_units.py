@@ -1,0 +1,120 @@
+"""Pure parts of the benchmark: backend environments, rows, tables, chart, LR scaling."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trcomp.bench.backends import BACKENDS, backend_env, get_backend
+from trcomp.bench.batchsize import scale_learning_rate, search_max_batch_size
+from trcomp.bench.results import ROW_KEYS, Row, markdown_table, plot, read_json, write_json
+from trcomp.bench.worker import RunSpec
+
+ISSUE_KEYS = [
+    "workload", "backend", "device", "batch_size", "first_step_cold_s", "first_step_warm_s",
+    "step_s", "samples_per_s", "peak_mem_mb", "max_loss_diff",
+]  # fmt: skip
+
+
+def _row(backend: str, step_s: float, workload: str = "gpt2") -> Row:
+    return Row(workload, backend, "cpu:2t", 8, 20.0, 6.0, step_s, 8 / step_s, 900.0, 1e-6)
+
+
+def test_importing_the_bench_does_not_import_torch() -> None:
+    code = (
+        "import sys, trcomp.bench, trcomp.bench.cli, trcomp.bench.harness, "
+        "trcomp.bench.batchsize, trcomp.bench.gpu_h200, trcomp.bench.workloads; "
+        "heavy = [m for m in ('torch', 'torch_xla', 'transformers', 'matplotlib') "
+        "if m in sys.modules]; print(heavy); sys.exit(1 if heavy else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_row_keys_are_exactly_the_issue_keys(tmp_path: Path) -> None:
+    assert list(ROW_KEYS) == ISSUE_KEYS
+    rows = [_row("eager", 0.03), _row("inductor", 0.02)]
+    write_json(rows, tmp_path / "out" / "rows.json")
+    loaded = json.loads((tmp_path / "out" / "rows.json").read_text())
+    assert [list(item) for item in loaded] == [ISSUE_KEYS, ISSUE_KEYS]
+    assert read_json(tmp_path / "out" / "rows.json") == rows
+    with pytest.raises(ValueError, match="exactly the keys"):
+        Row.from_dict({**loaded[0], "extra": 1})
+
+
+def test_markdown_table_gives_the_ratio_against_eager() -> None:
+    table = markdown_table([_row("eager", 0.030), _row("inductor", 0.020), _row("xla", 0.060)])
+    lines = table.splitlines()
+    assert lines[0].startswith("| workload | backend |") and len(lines) == 5
+    assert "| 1.50x |" in lines[3] and "| 0.50x |" in lines[4]
+    assert "n/a" in markdown_table([_row("inductor", 0.02)])  # no eager row, no ratio
+
+
+def test_plot_writes_a_small_png(tmp_path: Path) -> None:
+    rows = [_row("eager", 0.03), _row("inductor", 0.02), _row("eager", 0.01, "mlp")]
+    plot(rows, tmp_path / "chart.png")
+    data = (tmp_path / "chart.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 200_000
+
+
+def test_backend_env_cold_and_warm_share_nothing_but_the_cache_dir(tmp_path: Path) -> None:
+    base = {"PATH": "/bin", "PJRT_DEVICE": "CPU", "USE_TORCH_XLA": "1"}
+    inductor = backend_env("inductor", tmp_path / "a", base)
+    assert inductor["USE_TORCH_XLA"] == "0" and "PJRT_DEVICE" not in inductor
+    assert inductor["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "a" / "inductor")
+    assert json.loads(inductor["TRCOMP_CONFIG"]) == {
+        "enabled": True,
+        "backend": "inductor",
+        "mode": "default",
+    }
+    xla = backend_env("xla", tmp_path / "b", {"PATH": "/bin"})
+    assert xla["PJRT_DEVICE"] == "CPU" and xla["USE_TORCH_XLA"] == "1"
+    assert xla["XLA_PERSISTENT_CACHE_PATH"] == str(tmp_path / "b" / "xla")
+    eager = json.loads(backend_env("eager", tmp_path, base)["TRCOMP_CONFIG"])
+    assert eager == {"enabled": False, "backend": None}
+    tuned = json.loads(backend_env("inductor-max-autotune", tmp_path, base)["TRCOMP_CONFIG"])
+    assert tuned["mode"] == "max-autotune"
+    assert base == {"PATH": "/bin", "PJRT_DEVICE": "CPU", "USE_TORCH_XLA": "1"}
+    assert set(BACKENDS) >= {"eager", "inductor", "xla"}
+    with pytest.raises(ValueError, match="use one of eager"):
+        get_backend("tvm")
+
+
+def test_run_spec_round_trips_through_json() -> None:
+    spec = RunSpec(backend="xla", batch_size=4, workload="bert", size="tiny", steps=3)
+    assert RunSpec.from_json(spec.to_json()) == spec
+
+
+def test_learning_rate_scaling() -> None:
+    assert scale_learning_rate(1e-3, 8, 32) == pytest.approx(4e-3)
+    assert scale_learning_rate(1e-3, 8, 32, "sqrt") == pytest.approx(2e-3)
+    assert scale_learning_rate(1e-3, 8, 8, "sqrt") == pytest.approx(1e-3)
+    with pytest.raises(ValueError, match="'linear' or 'sqrt'"):
+        scale_learning_rate(1e-3, 8, 32, "cubic")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="positive"):
+        scale_learning_rate(1e-3, 0, 32)
+
+
+@given(
+    largest=st.integers(min_value=0, max_value=3000),
+    start=st.integers(min_value=1, max_value=64),
+    limit=st.integers(min_value=64, max_value=4096),
+)
+def test_search_finds_the_largest_fitting_batch(largest: int, start: int, limit: int) -> None:
+    tried: list[int] = []
+
+    def fits(batch: int) -> bool:
+        tried.append(batch)
+        return batch <= largest
+
+    found = search_max_batch_size(fits, start=start, limit=limit)
+    expected = min(largest, limit) if largest >= start else 0
+    assert found == expected
+    assert all(start <= b <= limit for b in tried)
+    assert len(tried) <= 2 * (limit.bit_length() + 1)  # logarithmic, not a scan
