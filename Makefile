@@ -15,8 +15,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[container,hf,dev]"
 	touch $@
 
+DEMO_ARGS ?=
 demo: install
-	$(PY) docs/examples/demo.py
+	$(PY) docs/examples/demo.py $(DEMO_ARGS)
 
 test: install
 	$(PY) -m pytest

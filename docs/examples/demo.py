@@ -64,9 +64,21 @@ def main(argv: list[str] | None = None) -> dict:
         extracted = tar.extractfile(member)
         assert extracted is not None
         summary = json.load(extracted)
-    print(f"\nmodel:   {estimator.model_data}")
-    print(f"output:  file://{output_tar}")
-    print(f"summary: {json.dumps(summary, indent=2)[:1500]}")
+    metrics = summary.get("metrics", {})
+    print(f"\nmodel:    {estimator.model_data}")
+    print(f"output:   file://{output_tar} (compiler summary: {member.name})")
+    print(f"backend:  {summary.get('backend')} (asked: {summary.get('requested_backend')})")
+    for name in (
+        "compile_time_s",
+        "graphs_compiled",
+        "recompiles",
+        "graph_breaks",
+        "first_step_s",
+        "step_time_s",
+        "steps_per_s",
+    ):
+        print(f"{name + ':':17} {metrics.get(name, 'n/a')}")
+    print(f"cache:    {'warm' if summary.get('cache_warm') else 'cold'} ({work / 'checkpoints'})")
     return summary
 
 
