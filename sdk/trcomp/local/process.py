@@ -32,6 +32,24 @@ TRAINING_MODULE = "trcomp_container.training:main"
 # What the toolkit's console script `train` runs, with this interpreter.
 TRAIN_COMMAND = (sys.executable, "-c", "from sagemaker_training.cli.train import main; main()")
 GRACE_SECONDS = 30.0
+# The container starts from a clean environment; on the host, these variables
+# may have been set by earlier work in the calling process (torch.compile sets
+# TORCHINDUCTOR_CACHE_DIR in os.environ), and would silently override what the
+# entrypoint decides (caches under the checkpoint dir, backend settings). A job
+# that needs one sets it through the estimator's `environment=`.
+_NOT_INHERITED = (
+    "SM_",
+    "TRCOMP_",
+    "TORCHINDUCTOR_",
+    "TRITON_",
+    "XLA_",
+    "PJRT_",
+    "ACCELERATE_",
+    "TORCH_COMPILE_",
+    "TORCH_LOGS",
+    "TORCH_TRACE",
+    "USE_TORCH_XLA",
+)
 DEFAULT_CHANNEL = "training"
 
 
@@ -116,7 +134,7 @@ def plan_process_job(
     )
     checkpoint_uri = getattr(estimator, "checkpoint_s3_uri", None)
     checkpoint_dir = _local_path(checkpoint_uri, "checkpoint_s3_uri") if checkpoint_uri else None
-    env = {key: value for key, value in os.environ.items() if not key.startswith("SM_")}
+    env = {key: value for key, value in os.environ.items() if not key.startswith(_NOT_INHERITED)}
     env.update({str(k): str(v) for k, v in (getattr(estimator, "environment", None) or {}).items()})
     env.update(
         {

@@ -97,3 +97,16 @@ def test_bad_process_jobs_fail_before_running(project, role, kwargs, inputs, mes
         est.entry_point = entry
     with pytest.raises(LocalModeError, match=message):
         est.fit(inputs)
+
+
+def test_host_compiler_variables_do_not_leak_into_the_job(project, role, monkeypatch) -> None:
+    # torch.compile in the calling process sets TORCHINDUCTOR_CACHE_DIR in os.environ;
+    # the job must still keep its caches where the entrypoint puts them.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_host")
+    monkeypatch.setenv("SM_MODEL_DIR", "/elsewhere")
+    monkeypatch.setenv("MY_SETTING", "kept")
+    est = estimator(project, role, environment={"XLA_FLAGS": "--xla_cpu_x=1"})
+    job, _ = plan_process_job(est, None, "job-2")
+    assert "TORCHINDUCTOR_CACHE_DIR" not in job.env and "SM_MODEL_DIR" not in job.env
+    assert job.env["MY_SETTING"] == "kept"
+    assert job.env["XLA_FLAGS"] == "--xla_cpu_x=1"
