@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trcomp.metrics import format_metric
+from trcomp.metrics import METRICS, format_metric
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -85,14 +85,8 @@ def _rank_metrics(record: Mapping[str, Any]) -> dict[str, float | None]:
 
 def _slowest(per_rank: list[dict[str, float | None]]) -> dict[str, float]:
     metrics: dict[str, float] = {}
-    for name in (
-        "compile_time_s",
-        "graphs_compiled",
-        "recompiles",
-        "graph_breaks",
-        "first_step_s",
-        "step_time_s",
-    ):
+    # steps_per_s is derived from the slowest rank's step time below.
+    for name in (name for name in METRICS if name != "steps_per_s"):
         values = [value for rank in per_rank if (value := rank[name]) is not None]
         if values:
             metrics[name] = max(values)

@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     from trcomp import PyTorch, TrainingCompilerConfig
+    from trcomp.metrics import METRICS
 
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="trcomp-demo-"))
     data = make_data(work / "data")
@@ -68,15 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"\nmodel:    {estimator.model_data}")
     print(f"output:   file://{output_tar} (compiler summary: {member.name})")
     print(f"backend:  {summary.get('backend')} (asked: {summary.get('requested_backend')})")
-    for name in (
-        "compile_time_s",
-        "graphs_compiled",
-        "recompiles",
-        "graph_breaks",
-        "first_step_s",
-        "step_time_s",
-        "steps_per_s",
-    ):
+    for name in METRICS:
         print(f"{name + ':':17} {metrics.get(name, 'n/a')}")
     print(f"cache:    {'warm' if summary.get('cache_warm') else 'cold'} ({work / 'checkpoints'})")
     return summary
