@@ -73,7 +73,6 @@ class _CompilerMixin:
 
     _trcomp_config: TrainingCompilerConfig | None
     _trcomp_image_is_default: bool
-    _trcomp_distribution: dict[str, Any]
     _trcomp_image: str | None
 
     def _trcomp_prepare(
@@ -116,14 +115,14 @@ class _CompilerMixin:
 
     def _trcomp_finish(self, distribution: dict[str, Any] | None) -> None:
         """Validate once the SageMaker constructor has set every attribute."""
-        self._trcomp_distribution = dict(distribution or {})
         # The SDK rewrites pytorchddp to smdistributed and refuses pytorchxla without
         # its own config class; we keep the user's choice and launch it ourselves.
         self.distribution = dict(distribution or {})
         if self._trcomp_config is not None:
             self._trcomp_config.validate_for(self)  # type: ignore[arg-type]
         # Our config has the same _to_hyperparameter_dict() as the AWS one, so the
-        # SDK's Framework.hyperparameters() merges it as it merges theirs.
+        # SDK's Framework.hyperparameters() merges it as it merges theirs;
+        # hyperparameters() below merges it too, for the plain Estimator.
         self.compiler_config = self._trcomp_config
 
     # -- image ----------------------------------------------------------------
@@ -160,7 +159,7 @@ class _CompilerMixin:
         encoded: dict[str, str] = super().hyperparameters()  # type: ignore[misc]
         encoded.update(
             distribution_hyperparameters(
-                self._trcomp_distribution, getattr(self, "instance_type", None)
+                getattr(self, "distribution", None), getattr(self, "instance_type", None)
             )
         )
         if self._trcomp_config is not None:
