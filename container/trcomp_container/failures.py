@@ -9,12 +9,20 @@ side failed. A script's own non-zero exit code is passed through unchanged.
 from __future__ import annotations
 
 import enum
+import re
 import signal
 from pathlib import Path
 
-__all__ = ["ExitCode", "JobFailed", "describe_exit", "write_failure"]
+__all__ = ["ExitCode", "JobFailed", "describe_exit", "torchrun_root_cause", "write_failure"]
 
 _FAILURE_FILE_CHARS = 16_384
+# torchrun's error summary: "Root Cause (first observed failure):" then, per
+# failed worker, "rank : 1 (local_rank: 1)" and "exitcode : -9 (pid: 123)".
+_ROOT_CAUSE = re.compile(
+    r"Root Cause \(first observed failure\):.*?^\s*rank\s*:\s*(\d+).*?"
+    r"^\s*exitcode\s*:\s*(-?\d+)",
+    re.DOTALL | re.MULTILINE,
+)
 
 
 class ExitCode(enum.IntEnum):
@@ -58,6 +66,16 @@ def describe_exit(returncode: int) -> tuple[int, str]:
             "instance with more memory, or lower the batch size or sequence length"
         )
     return 128 + signum, reason
+
+
+def torchrun_root_cause(stderr_tail: str) -> tuple[int, int] | None:
+    """``(rank, returncode)`` of the first failed worker in torchrun's error summary.
+
+    torchrun exits 1 whatever happened to a worker, so a worker killed by the
+    OOM killer would otherwise look like an ordinary script error.
+    """
+    found = _ROOT_CAUSE.search(stderr_tail)
+    return (int(found.group(1)), int(found.group(2))) if found else None
 
 
 def write_failure(output_dir: Path, reason: str) -> Path:

@@ -29,7 +29,13 @@ from trcomp_container import summary as summary_module
 from trcomp_container.backends import ConcreteBackend, resolve_backend
 from trcomp_container.devices import Devices, detect_devices
 from trcomp_container.environment import build_environment
-from trcomp_container.failures import ExitCode, JobFailed, describe_exit, write_failure
+from trcomp_container.failures import (
+    ExitCode,
+    JobFailed,
+    describe_exit,
+    torchrun_root_cause,
+    write_failure,
+)
 from trcomp_container.hints import hint_for
 from trcomp_container.job import Job
 from trcomp_container.launch import (
@@ -155,7 +161,8 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     report.facts.update(command=command, nproc_per_node=nproc, hosts=job.hosts)
     wait_for_hosts(job.hosts)
     print(f"[trcomp] backend={backend or 'eager'} devices={devices} command={command}", flush=True)
-    return _outcome(run(plan, grace_period_s(job.environ)), metrics_dir, backend)
+    result = run(plan, grace_period_s(job.environ))
+    return _outcome(result, metrics_dir, backend, torchrun=distribution != "none")
 
 
 def _prepare_code(job: Job) -> str:
@@ -223,7 +230,7 @@ def _check_backend(
 
 
 def _outcome(
-    result: RunResult, metrics_dir: Path, backend: ConcreteBackend | None
+    result: RunResult, metrics_dir: Path, backend: ConcreteBackend | None, *, torchrun: bool
 ) -> tuple[int, str]:
     if result.stopped_by is not None:
         how = describe_exit(result.returncode)[1]
@@ -235,6 +242,12 @@ def _outcome(
     if result.returncode == 0:
         return ExitCode.OK, ""
     exit_code, how = describe_exit(result.returncode)
+    root_cause = torchrun_root_cause(result.stderr_tail) if torchrun else None
+    if root_cause is not None and root_cause[1] < 0:
+        # A worker died of a signal: report that signal's code, not torchrun's 1.
+        rank, returncode = root_cause
+        exit_code, how = describe_exit(returncode)
+        how = f"{how} (rank {rank}; torchrun stopped the other workers)"
     errors = [r["error"] for r in summary_module.read_rank_records(metrics_dir) if r.get("error")]
     if errors:
         error = errors[0]

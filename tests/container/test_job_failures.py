@@ -13,6 +13,7 @@ import time
 import pytest
 
 from trcomp.config import TrainingCompilerConfig
+from trcomp_container.failures import torchrun_root_cause
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +46,30 @@ def test_sigkill_is_137_probably_out_of_memory(tmp_path, jobs):
     failure = assert_single_reason(run.failure)
     assert "signal 9" in failure and "out of memory" in failure
     assert (tmp_path / "model" / "partial.txt").exists()
+
+
+def test_torchrun_worker_killed_by_sigkill_is_137(tmp_path, jobs):
+    run = jobs.run_job(
+        tmp_path,
+        config=OFF,
+        entry_point="kill_rank.py",
+        hyperparameters={"sagemaker_torch_distributed_enabled": True},
+        env={"TRCOMP_NPROC_PER_NODE": "2"},
+    )
+    assert run.returncode == 137, run.output
+    failure = assert_single_reason(run.failure)
+    assert "signal 9" in failure and "out of memory" in failure and "rank 1" in failure
+    assert (tmp_path / "model" / "rank1.txt").exists()
+
+
+def test_torchrun_root_cause_is_read_from_its_summary():
+    tail = (
+        "Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-30_06:00:58\n"
+        "  host      : localhost\n  rank      : 3 (local_rank: 1)\n"
+        "  exitcode  : -9 (pid: 9208)\n  error_file: <N/A>\n"
+    )
+    assert torchrun_root_cause(tail) == (3, -9)
+    assert torchrun_root_cause("Traceback ...\nValueError: x\n") is None
 
 
 def test_plain_exit_code_passes_through_with_stderr_tail(tmp_path, jobs):
