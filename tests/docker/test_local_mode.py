@@ -98,6 +98,33 @@ def test_failing_script_shows_its_reason(
     assert not _no_job_containers()
 
 
+def test_file_checkpoints_keep_the_compile_cache_between_jobs(
+    image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None, tmp_path: Path
+) -> None:
+    """checkpoint_s3_uri=file://dir: the second job starts with the first one's warm cache."""
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    owner = 4321
+    os.chown(checkpoints, owner, owner)
+    uri = f"file://{checkpoints}"
+    summaries = []
+    for _ in range(2):
+        estimator = _estimator(job_dirs, role, hyperparameters={"steps": 5}, checkpoint_s3_uri=uri)
+        estimator.fit({"training": f"file://{job_dirs['data']}"})
+        output = _members(job_dirs["output"] / "output.tar.gz")
+        summaries.append(json.loads(output["data/compiler/summary.json"]))
+    cold, warm = summaries
+    assert cold["backend"] == warm["backend"] == "inductor"
+    assert cold["cache_warm"] is False and warm["cache_warm"] is True
+    times = [s["metrics"]["compile_time_s"] for s in summaries]
+    print(f"compile time: cold {times[0]} s, warm {times[1]} s")
+    assert times[1] < times[0]
+    cache = checkpoints / "trcomp-cache"
+    assert any(p.is_file() for p in cache.rglob("*"))
+    assert not [p for p in checkpoints.rglob("*") if p.stat().st_uid != owner]
+    assert estimator.checkpoint_s3_uri == uri  # given back after fit()
+
+
 def test_no_root_owned_files_left(
     image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None
 ) -> None:

@@ -9,7 +9,10 @@ root-owned, and an interrupted ``fit()`` can leave containers running.
 
 The estimators wrap the SDK's ``fit()`` in :func:`docker_job`, which
 
-1. calls :func:`preflight` (engine, compose, image) before anything starts;
+1. calls :func:`preflight` (engine, compose, image) before anything starts,
+   and mounts a ``file://`` ``checkpoint_s3_uri`` at the job's checkpoint path
+   (:mod:`trcomp.local.checkpoints`), so checkpoints and compile caches outlive
+   the container;
 2. labels the job's containers (through the session's ``local.container_config``)
    and keeps the SDK's scratch files in a directory of its own;
 3. turns a failed run into a :class:`~trcomp.errors.LocalModeError` carrying
@@ -44,6 +47,7 @@ from typing import Any, TextIO
 from urllib.parse import urlparse
 
 from trcomp.errors import LocalModeError
+from trcomp.local.checkpoints import checkpoint_mount
 from trcomp.local.docker_checks import compose_command, preflight, run_docker
 
 __all__ = ["JOB_LABEL", "compose_command", "docker_job", "failure_reason", "preflight"]
@@ -286,7 +290,19 @@ def docker_job(estimator: Any) -> Iterator[None]:
     and instead of the SDK's compose error when the job fails.
     """
     image_uri = estimator.training_image_uri()
-    preflight(image_uri, estimator.instance_type)
+    # Refuses an S3 checkpoint URI, which local mode cannot sync, before the engine checks.
+    with checkpoint_mount(estimator) as checkpoints:
+        preflight(image_uri, estimator.instance_type)
+        with _compose_job(estimator, image_uri) as dirs:
+            if checkpoints is not None:
+                dirs.append(checkpoints)
+            yield
+
+
+@contextlib.contextmanager
+def _compose_job(estimator: Any, image_uri: str) -> Iterator[list[Path]]:
+    """Run the SDK's job; yields a list of extra dirs whose ownership to hand back."""
+    extra_dirs: list[Path] = []
     job_id = uuid.uuid4().hex[:12]
     session = estimator.sagemaker_session
     user_root = (session.config or {}).get("local", {}).get("container_root")
@@ -298,7 +314,7 @@ def docker_job(estimator: Any) -> Iterator[None]:
     try:
         with _local_config(session, scratch, job_id), contextlib.redirect_stdout(tail), ctrl_c:
             try:
-                yield
+                yield extra_dirs
             except RuntimeError as exc:
                 if ctrl_c.pressed:
                     raise KeyboardInterrupt from None
@@ -313,7 +329,7 @@ def docker_job(estimator: Any) -> Iterator[None]:
     finally:
         # Compose leaves stopped containers behind, and running ones after Ctrl-C.
         _remove_containers(job_id)
-        _give_back(_user_dirs(estimator, scratch), image_uri)
+        _give_back(_user_dirs(estimator, scratch) + extra_dirs, image_uri)
         if keep_scratch:
             logger.warning("local-mode artifacts are in %s", scratch)
         else:

@@ -1,0 +1,104 @@
+"""Checkpoints in Docker local mode: ``checkpoint_s3_uri="file:///dir"`` is mounted.
+
+On SageMaker the platform syncs ``checkpoint_local_path`` (``/opt/ml/checkpoints``)
+with ``checkpoint_s3_uri``. SageMaker's local mode refuses both settings
+("not supported in local mode"), so checkpoints, and the compile caches trcomp
+keeps under ``/opt/ml/checkpoints/trcomp-cache``, would die with the container.
+For a ``file://`` URI, :func:`checkpoint_mount` bind-mounts that directory at
+the checkpoint path of every container of the job, as process mode links it:
+a second job starts from the first one's checkpoints and warm compile caches.
+
+The SDK builds each container's volume list in a private method,
+``_SageMakerContainer._prepare_training_volumes``; the mount is added there,
+and the two settings are hidden from the SDK, for the duration of one ``fit()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from trcomp.errors import LocalModeError
+
+__all__ = ["DEFAULT_CHECKPOINT_PATH", "checkpoint_dir", "checkpoint_mount"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CHECKPOINT_PATH = "/opt/ml/checkpoints"
+
+
+def checkpoint_dir(estimator: Any) -> Path | None:
+    """The host directory of a ``file://`` ``checkpoint_s3_uri``, or None."""
+    uri = getattr(estimator, "checkpoint_s3_uri", None)
+    if not uri:
+        return None
+    parsed = urlparse(str(uri))
+    if parsed.scheme != "file":
+        return None
+    return Path(parsed.netloc + parsed.path).expanduser().resolve()
+
+
+@contextlib.contextmanager
+def checkpoint_mount(estimator: Any) -> Iterator[Path | None]:
+    """Mount a ``file://`` checkpoint dir into the job's containers inside this block.
+
+    Raises :class:`~trcomp.errors.LocalModeError` before the job for an S3 URI,
+    which local mode cannot sync.
+    """
+    uri = getattr(estimator, "checkpoint_s3_uri", None)
+    local_path = getattr(estimator, "checkpoint_local_path", None)
+    host_dir = checkpoint_dir(estimator)
+    if host_dir is None and uri:
+        raise LocalModeError(
+            f"checkpoint_s3_uri is {uri!r}, but SageMaker's local mode does not sync "
+            "checkpoints with S3. Pass checkpoint_s3_uri='file:///some/dir' to keep "
+            "checkpoints and compile caches on this machine, or leave it unset."
+        )
+    if host_dir is None:
+        if local_path:
+            raise LocalModeError(
+                f"checkpoint_local_path={local_path!r} needs checkpoint_s3_uri in Docker "
+                "local mode: pass checkpoint_s3_uri='file:///some/dir' as well"
+            )
+        yield None
+        return
+    container_path = str(local_path or DEFAULT_CHECKPOINT_PATH)
+    if not container_path.startswith("/"):
+        raise LocalModeError(
+            f"checkpoint_local_path is {container_path!r}: it must be an absolute path "
+            f"inside the container (the default is {DEFAULT_CHECKPOINT_PATH})"
+        )
+    host_dir.mkdir(parents=True, exist_ok=True)
+    image = _sdk_image_module()
+    original = image._SageMakerContainer._prepare_training_volumes
+
+    def with_checkpoints(self: Any, *args: Any, **kwargs: Any) -> list[Any]:
+        volumes = list(original(self, *args, **kwargs))
+        volumes.append(image._Volume(str(host_dir), container_path))
+        return volumes
+
+    image._SageMakerContainer._prepare_training_volumes = with_checkpoints
+    estimator.checkpoint_s3_uri = estimator.checkpoint_local_path = None
+    logger.info("checkpoints: %s mounted at %s", host_dir, container_path)
+    try:
+        yield host_dir
+    finally:
+        image._SageMakerContainer._prepare_training_volumes = original
+        estimator.checkpoint_s3_uri, estimator.checkpoint_local_path = uri, local_path
+
+
+def _sdk_image_module() -> Any:
+    from sagemaker.local import image
+
+    container = getattr(image, "_SageMakerContainer", None)
+    if not hasattr(container, "_prepare_training_volumes") or not hasattr(image, "_Volume"):
+        raise LocalModeError(
+            "this SageMaker SDK's local mode has no _SageMakerContainer._prepare_training_"
+            "volumes, so trcomp cannot mount checkpoint_s3_uri: install sagemaker>=2.230,<3 "
+            "or leave checkpoint_s3_uri unset in Docker local mode"
+        )
+    return image
