@@ -24,6 +24,7 @@ test: install
 
 lint: install
 	$(VENV)/bin/ruff check sdk container tests docs
+	$(VENV)/bin/ruff format --check sdk container tests docs
 	$(VENV)/bin/mypy
 
 clean:

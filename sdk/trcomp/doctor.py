@@ -211,13 +211,22 @@ def check_aws(session: Any = None, timeout: float = 5.0) -> list[Check]:
     try:
         identity = sts_client(session, config).get_caller_identity()
         checks.append(
-            Check("aws identity", True, f"account {identity['Account']}, {identity['Arn']}",
-                  needed_for=remote)
+            Check(
+                "aws identity",
+                True,
+                f"account {identity['Account']}, {identity['Arn']}",
+                needed_for=remote,
+            )
         )
     except Exception as exc:  # any failure here is a finding, not a crash
         checks.append(
-            Check("aws identity", False, f"{type(exc).__name__}: {exc}",
-                  "check network access to STS and that the credentials are valid", remote)
+            Check(
+                "aws identity",
+                False,
+                f"{type(exc).__name__}: {exc}",
+                "check network access to STS and that the credentials are valid",
+                remote,
+            )
         )
     return checks
 

@@ -75,8 +75,17 @@ def build_image(
     """
     context = Path(context_dir)
     # --force-rm: a failed step's container is removed too, not left behind.
-    cmd = [docker, "build", "--network", network, "--force-rm", "-t", tag,
-           "-f", str(context / "Dockerfile")]
+    cmd = [
+        docker,
+        "build",
+        "--network",
+        network,
+        "--force-rm",
+        "-t",
+        tag,
+        "-f",
+        str(context / "Dockerfile"),
+    ]
     if base_image:
         cmd += ["--build-arg", f"BASE_IMAGE={base_image}"]
     if no_cache:
@@ -133,11 +142,21 @@ def _build_wheel(root: Path, out: Path) -> Path:
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
         shutil.copytree(root / "sdk", src / "sdk", ignore=ignore)
         shutil.copytree(
-            root / "container" / "trcomp_container", src / "container" / "trcomp_container",
+            root / "container" / "trcomp_container",
+            src / "container" / "trcomp_container",
             ignore=ignore,
         )
-        cmd = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-               "-w", str(out), str(src)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "-w",
+            str(out),
+            str(src),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise LocalModeError(
@@ -264,8 +283,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         result = run_build(
-            args.base_image, args.tag, extra_ca_bundle=args.extra_ca_bundle,
-            root=args.source, no_cache=args.no_cache,
+            args.base_image,
+            args.tag,
+            extra_ca_bundle=args.extra_ca_bundle,
+            root=args.source,
+            no_cache=args.no_cache,
         )
     except LocalModeError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -49,8 +49,13 @@ def image(docker_engine: None) -> str:
 @pytest.fixture
 def quiet_aws(monkeypatch: pytest.MonkeyPatch) -> None:
     """No AWS settings from the developer's shell leak into a local job."""
-    for name in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                 "AWS_SESSION_TOKEN", "TRCOMP_IMAGE_URI"):
+    for name in (
+        "AWS_PROFILE",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "TRCOMP_IMAGE_URI",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 

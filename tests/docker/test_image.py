@@ -27,10 +27,11 @@ def _run(image: str, *args: str, entrypoint: str | None = None) -> str:
     rest = list(args)
     while "-v" in rest:
         at = rest.index("-v")
-        cmd += rest[at:at + 2]
-        del rest[at:at + 2]
-    proc = subprocess.run([*cmd, image, *rest], capture_output=True, text=True, check=False,
-                          timeout=300)
+        cmd += rest[at : at + 2]
+        del rest[at : at + 2]
+    proc = subprocess.run(
+        [*cmd, image, *rest], capture_output=True, text=True, check=False, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -66,17 +67,37 @@ def test_train_runs_a_script_like_sagemaker(image: str, tmp_path: Path) -> None:
     (ml / "input" / "data").mkdir()
     (ml / "model").mkdir()
     (ml / "output" / "data").mkdir(parents=True)
-    hps = {"greeting": '"hi"', "sagemaker_program": '"hello.py"',
-           "sagemaker_submit_directory": '"/opt/ml/code"',
-           "sagemaker_training_compiler_enabled": '"false"'}
+    hps = {
+        "greeting": '"hi"',
+        "sagemaker_program": '"hello.py"',
+        "sagemaker_submit_directory": '"/opt/ml/code"',
+        "sagemaker_training_compiler_enabled": '"false"',
+    }
     (config / "hyperparameters.json").write_text(json.dumps(hps))
     (config / "resourceconfig.json").write_text(
-        json.dumps({"current_host": "algo-1", "hosts": ["algo-1"]}))
+        json.dumps({"current_host": "algo-1", "hosts": ["algo-1"]})
+    )
     (config / "inputdataconfig.json").write_text("{}")
     proc = subprocess.run(
-        ["docker", "run", "--rm", "--network", "none", "--hostname", "algo-1",
-         "--add-host", "algo-1:127.0.0.1", "-v", f"{ml}:/opt/ml", image, "train"],
-        capture_output=True, text=True, check=False, timeout=300,
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--hostname",
+            "algo-1",
+            "--add-host",
+            "algo-1:127.0.0.1",
+            "-v",
+            f"{ml}:/opt/ml",
+            image,
+            "train",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (ml / "model" / "hello.txt").read_text() == "--greeting hi"
@@ -87,8 +108,14 @@ def test_entrypoint_gives_files_back_to_the_mount_owner(image: str, tmp_path: Pa
     model = tmp_path / "model"
     model.mkdir()
     os.chown(model, 4321, 4321)
-    _run(image, "sh", "-c", "mkdir /opt/ml/model/sub && touch /opt/ml/model/sub/f",
-         "-v", f"{model}:/opt/ml/model")
+    _run(
+        image,
+        "sh",
+        "-c",
+        "mkdir /opt/ml/model/sub && touch /opt/ml/model/sub/f",
+        "-v",
+        f"{model}:/opt/ml/model",
+    )
     assert {(p.stat().st_uid, p.stat().st_gid) for p in model.rglob("*")} == {(4321, 4321)}
 
 
@@ -98,9 +125,23 @@ def test_entrypoint_writes_a_failure_reason_when_the_command_did_not(
     output = tmp_path / "output"
     output.mkdir()
     proc = subprocess.run(
-        ["docker", "run", "--rm", "--network", "none", "-v", f"{output}:/opt/ml/output",
-         image, "sh", "-c", "kill -9 $$"],
-        capture_output=True, text=True, check=False, timeout=120,
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "-v",
+            f"{output}:/opt/ml/output",
+            image,
+            "sh",
+            "-c",
+            "kill -9 $$",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
     assert proc.returncode == 137
     assert "out of memory" in (output / "failure").read_text()

@@ -35,9 +35,18 @@ Requires-Dist: pytest>=8; extra == "dev"
 
 def test_build_command_defaults_to_the_dockerfile_base(tmp_path: Path) -> None:
     cmd = build_image(None, LOCAL_IMAGE, tmp_path)
-    assert cmd == ["docker", "build", "--network", "host", "--force-rm",
-                   "-t", "trcomp-training:latest",
-                   "-f", str(tmp_path / "Dockerfile"), str(tmp_path)]
+    assert cmd == [
+        "docker",
+        "build",
+        "--network",
+        "host",
+        "--force-rm",
+        "-t",
+        "trcomp-training:latest",
+        "-f",
+        str(tmp_path / "Dockerfile"),
+        str(tmp_path),
+    ]
 
 
 def test_build_command_offline_base_no_cache(tmp_path: Path) -> None:
@@ -52,7 +61,10 @@ def test_container_requirements_drop_client_sdk_and_other_extras(tmp_path: Path)
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("trcomp-0.1.0.dist-info/METADATA", _METADATA)
     assert container_requirements(wheel) == [
-        "pydantic<3,>=2.6", "boto3>=1.34", "torch==2.9.0", "sagemaker-training>=5.1",
+        "pydantic<3,>=2.6",
+        "boto3>=1.34",
+        "torch==2.9.0",
+        "sagemaker-training>=5.1",
     ]
 
 

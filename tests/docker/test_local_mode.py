@@ -39,13 +39,18 @@ def _members(tar_path: Path) -> dict[str, bytes]:
     with tarfile.open(tar_path) as tar:
         return {
             m.name.lstrip("./"): tar.extractfile(m).read()  # type: ignore[union-attr]
-            for m in tar.getmembers() if m.isfile()
+            for m in tar.getmembers()
+            if m.isfile()
         }
 
 
 def _no_job_containers() -> list[str]:
-    out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={JOB_LABEL}"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={JOB_LABEL}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.split()
 
 
@@ -69,11 +74,17 @@ def test_fit_with_compiler_lands_model_and_summary(
 
 
 def test_two_containers_train_one_ddp_job(
-    image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None,
+    image: str,
+    job_dirs: dict[str, Path],
+    role: str,
+    quiet_aws: None,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     estimator = _estimator(
-        job_dirs, role, instance_count=2, hyperparameters={"steps": 5},
+        job_dirs,
+        role,
+        instance_count=2,
+        hyperparameters={"steps": 5},
         distribution={"torch_distributed": {"enabled": True}},
     )
     estimator.fit({"training": f"file://{job_dirs['data']}"})
@@ -133,8 +144,9 @@ def test_no_root_owned_files_left(
     for top in (job_dirs["source"], job_dirs["data"], job_dirs["output"]):
         for path in [top, *top.rglob("*")]:
             os.chown(path, owner, owner)
-    estimator = _estimator(job_dirs, role, hyperparameters={"steps": 2, "write-files": ""},
-                           compiler_config=None)
+    estimator = _estimator(
+        job_dirs, role, hyperparameters={"steps": 2, "write-files": ""}, compiler_config=None
+    )
     estimator.fit({"training": f"file://{job_dirs['data']}"})
 
     assert (job_dirs["source"] / "written-by-job.txt").stat().st_uid == owner
@@ -161,9 +173,18 @@ def test_ctrl_c_stops_the_containers(
     image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None
 ) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-c", _FIT_AND_SLEEP, str(job_dirs["source"]), role,
-         str(job_dirs["output"]), str(job_dirs["data"])],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-c",
+            _FIT_AND_SLEEP,
+            str(job_dirs["source"]),
+            role,
+            str(job_dirs["output"]),
+            str(job_dirs["data"]),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 120
@@ -182,6 +203,8 @@ def test_ctrl_c_stops_the_containers(
 def _running_job_containers() -> list[str]:
     out = subprocess.run(
         ["docker", "ps", "-q", "--filter", f"label={JOB_LABEL}", "--filter", "status=running"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return out.stdout.split()

@@ -50,9 +50,7 @@ def test_not_a_docker_mode() -> None:
 
 
 @pytest.mark.container
-def test_compose_missing(
-    image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_compose_missing(image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     docker = shutil.which("docker")
     assert docker
     monkeypatch.setenv("PATH", str(_bin_dir(tmp_path, docker=docker)))
@@ -75,9 +73,14 @@ def test_estimator_reports_missing_image(
 
     monkeypatch.setenv("TRCOMP_LOCAL_IMAGE", "trcomp-training:never-built")
     (tmp_path / "train.py").write_text("print('never runs')\n")
-    estimator = trcomp.PyTorch(entry_point="train.py", source_dir=str(tmp_path), role=role,
-                               instance_type="local", instance_count=1,
-                               output_path=f"file://{tmp_path}")
+    estimator = trcomp.PyTorch(
+        entry_point="train.py",
+        source_dir=str(tmp_path),
+        role=role,
+        instance_type="local",
+        instance_count=1,
+        output_path=f"file://{tmp_path}",
+    )
     with pytest.raises(LocalModeError, match="trcomp image build"):
         estimator.fit()
 
@@ -89,8 +92,12 @@ def test_local_gpu_needs_the_nvidia_toolkit(
     docker = shutil.which("docker")
     compose = shutil.which("docker-compose")
     assert docker and compose
-    runtimes = subprocess.run(["docker", "info", "--format", "{{json .Runtimes}}"],
-                              capture_output=True, text=True, check=True).stdout
+    runtimes = subprocess.run(
+        ["docker", "info", "--format", "{{json .Runtimes}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     if "nvidia" in runtimes:
         pytest.skip("this engine has the NVIDIA runtime")
     tools = {"docker": docker, "docker-compose": compose}
@@ -107,20 +114,28 @@ def test_local_gpu_compose_file_asks_for_gpus(
     import trcomp
 
     kept = tmp_path / "compose.yaml"
-    fake = _bin_dir(tmp_path, **{
-        "docker-compose": (
-            'while [ $# -gt 0 ]; do [ "$1" = -f ] && cp "$2" ' + str(kept) + '; shift; done'
-        ),
-        "nvidia-container-runtime-hook": "exit 0",  # what preflight looks for
-    })
+    fake = _bin_dir(
+        tmp_path,
+        **{
+            "docker-compose": (
+                'while [ $# -gt 0 ]; do [ "$1" = -f ] && cp "$2" ' + str(kept) + "; shift; done"
+            ),
+            "nvidia-container-runtime-hook": "exit 0",  # what preflight looks for
+        },
+    )
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
     source = tmp_path / "code"
     source.mkdir()
     (source / "train.py").write_text("print('never runs')\n")
-    estimator = trcomp.PyTorch(entry_point="train.py", source_dir=str(source), role=role,
-                               instance_type="local_gpu", instance_count=1,
-                               output_path=f"file://{tmp_path / 'out'}",
-                               compiler_config=trcomp.TrainingCompilerConfig())
+    estimator = trcomp.PyTorch(
+        entry_point="train.py",
+        source_dir=str(source),
+        role=role,
+        instance_type="local_gpu",
+        instance_count=1,
+        output_path=f"file://{tmp_path / 'out'}",
+        compiler_config=trcomp.TrainingCompilerConfig(),
+    )
     estimator.fit()
 
     compose = yaml.safe_load(kept.read_text())

@@ -75,7 +75,9 @@ class MotoServer:
         """Call moto's own HTTP API (``/moto-api/...``)."""
         # text/plain: with urllib's default form type Flask hides the body from moto.
         request = urllib.request.Request(
-            self.url + path, data=data, method="POST" if data else "GET",
+            self.url + path,
+            data=data,
+            method="POST" if data else "GET",
             headers={"Content-Type": "text/plain"},
         )
         with urllib.request.urlopen(request, timeout=10) as response:

@@ -171,8 +171,12 @@ def test_huggingface_job_reaches_sagemaker(moto: MotoServer, role: str, source_d
 def test_user_checkpoint_location_wins(moto: MotoServer, role: str, source_dir: Path) -> None:
     mine = f"s3://{DATA_BUCKET}/my-checkpoints/run-7"
     estimator = trcomp.PyTorch(
-        entry_point="train.py", source_dir=str(source_dir), role=role,
-        instance_type="ml.g5.xlarge", instance_count=1, checkpoint_s3_uri=mine,
+        entry_point="train.py",
+        source_dir=str(source_dir),
+        role=role,
+        instance_type="ml.g5.xlarge",
+        instance_count=1,
+        checkpoint_s3_uri=mine,
         compiler_config=trcomp.TrainingCompilerConfig(),
     )
     estimator.fit({"train": TRAIN_URI}, wait=False)
@@ -192,8 +196,12 @@ def test_no_checkpoint_without_cache(
     moto: MotoServer, role: str, source_dir: Path, config: trcomp.TrainingCompilerConfig | None
 ) -> None:
     estimator = trcomp.PyTorch(
-        entry_point="train.py", source_dir=str(source_dir), role=role,
-        instance_type="ml.g5.xlarge", instance_count=1, compiler_config=config,
+        entry_point="train.py",
+        source_dir=str(source_dir),
+        role=role,
+        instance_type="ml.g5.xlarge",
+        instance_count=1,
+        compiler_config=config,
     )
     assert default_checkpoint_uri(estimator) is None
     estimator.fit({"train": TRAIN_URI}, wait=False)
@@ -204,15 +212,20 @@ def test_local_modes_get_no_s3_checkpoint() -> None:
     # (One mode: building a LocalSession costs seconds of SDK config validation.)
     for instance_type in ("local_process",):
         estimator = trcomp.PyTorch(
-            entry_point="train.py", role="arn:aws:iam::111111111111:role/x",
-            instance_type=instance_type, instance_count=1,
+            entry_point="train.py",
+            role="arn:aws:iam::111111111111:role/x",
+            instance_type=instance_type,
+            instance_count=1,
             compiler_config=trcomp.TrainingCompilerConfig(),
         )
         assert estimator.checkpoint_s3_uri is None
 
 
 def test_no_credentials_in_job(
-    moto: MotoServer, role: str, source_dir: Path, caplog: pytest.LogCaptureFixture,
+    moto: MotoServer,
+    role: str,
+    source_dir: Path,
+    caplog: pytest.LogCaptureFixture,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     # trcomp's and the SDK's own records at DEBUG. botocore's DEBUG records print
@@ -221,8 +234,11 @@ def test_no_credentials_in_job(
     caplog.set_level(logging.DEBUG, logger="trcomp")
     caplog.set_level(logging.DEBUG, logger="sagemaker")
     estimator = trcomp.HuggingFace(
-        entry_point="train.py", source_dir=str(source_dir), role=role,
-        instance_type="ml.g5.2xlarge", instance_count=1,
+        entry_point="train.py",
+        source_dir=str(source_dir),
+        role=role,
+        instance_type="ml.g5.2xlarge",
+        instance_count=1,
         environment={"TOKENIZERS_PARALLELISM": "false"},
         hyperparameters={"max_tokens": 128},
         compiler_config=trcomp.TrainingCompilerConfig(debug=True),
@@ -253,8 +269,11 @@ def test_credentials_in_hyperparameters_are_refused(
     before = len(moto.json_requests("CreateTrainingJob"))
     uploads = len([r for r in moto.requests() if r["method"] == "PUT"])
     estimator = trcomp.PyTorch(
-        entry_point="train.py", source_dir=str(source_dir), role=role,
-        instance_type="ml.g5.xlarge", instance_count=1,
+        entry_point="train.py",
+        source_dir=str(source_dir),
+        role=role,
+        instance_type="ml.g5.xlarge",
+        instance_count=1,
         hyperparameters={"hub_token": os.environ["AWS_SESSION_TOKEN"]},
         compiler_config=trcomp.TrainingCompilerConfig(),
     )
@@ -264,8 +283,11 @@ def test_credentials_in_hyperparameters_are_refused(
     assert len(moto.json_requests("CreateTrainingJob")) == before
     assert len([r for r in moto.requests() if r["method"] == "PUT"]) == uploads
     estimator = trcomp.PyTorch(
-        entry_point="train.py", source_dir=str(source_dir), role=role,
-        instance_type="ml.g5.xlarge", instance_count=1,
+        entry_point="train.py",
+        source_dir=str(source_dir),
+        role=role,
+        instance_type="ml.g5.xlarge",
+        instance_count=1,
         environment={"AWS_SECRET_ACCESS_KEY": "anything"},
     )
     with pytest.raises(CredentialLeakError, match="environment variable 'AWS_SECRET_ACCESS_KEY'"):
@@ -287,8 +309,11 @@ def test_access_denied_surfaces_with_context(moto: MotoServer, role: str, source
         aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"]
     )
     estimator = trcomp.PyTorch(
-        entry_point="train.py", source_dir=str(source_dir), role=role,
-        instance_type="ml.g5.xlarge", instance_count=1,
+        entry_point="train.py",
+        source_dir=str(source_dir),
+        role=role,
+        instance_type="ml.g5.xlarge",
+        instance_count=1,
         sagemaker_session=remote_session(as_user),
         compiler_config=trcomp.TrainingCompilerConfig(),
     )
@@ -328,17 +353,23 @@ def test_access_denied_surfaces_with_context(moto: MotoServer, role: str, source
     ],
 )
 def test_sagemaker_refusals_surface_with_context(
-    moto: MotoServer, source_dir: Path, monkeypatch: pytest.MonkeyPatch,
-    code: str, message: str, hint: str,
+    moto: MotoServer,
+    source_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    code: str,
+    message: str,
+    hint: str,
 ) -> None:
     with aws_error_server() as refusing:
         refusing.code, refusing.message = code, message
         # Only SageMaker answers with the error; STS and S3 stay on moto.
         monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER", refusing.url)
         estimator = trcomp.PyTorch(
-            entry_point="train.py", source_dir=str(source_dir),
+            entry_point="train.py",
+            source_dir=str(source_dir),
             role=f"arn:aws:iam::{ACCOUNT}:role/missing",
-            instance_type="ml.p5.48xlarge", instance_count=1,
+            instance_type="ml.p5.48xlarge",
+            instance_count=1,
             compiler_config=trcomp.TrainingCompilerConfig(),
         )
         with pytest.raises(ClientError) as info:

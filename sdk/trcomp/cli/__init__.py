@@ -87,8 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except subprocess.CalledProcessError as exc:
         command = " ".join(str(part) for part in exc.cmd[:2])
-        print(f"error: `{command}` failed with exit code {exc.returncode}; its output is above",
-              file=sys.stderr)
+        print(
+            f"error: `{command}` failed with exit code {exc.returncode}; its output is above",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -34,11 +34,16 @@ def register(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:  
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--for", dest="modes", action="append", choices=MODES, default=[],
+        "--for",
+        dest="modes",
+        action="append",
+        choices=MODES,
+        default=[],
         help="fail unless this run mode can work here (repeatable)",
     )
     parser.add_argument(
-        "--torch", action="store_true",
+        "--torch",
+        action="store_true",
         help="also import torch and list the CUDA devices it sees (takes seconds)",
     )
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")

@@ -38,7 +38,8 @@ def register(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:  
     sub = parser.add_subparsers(dest="image_command", metavar="SUBCOMMAND", required=True)
 
     uri = sub.add_parser(
-        "uri", help="print the image URI remote jobs use",
+        "uri",
+        help="print the image URI remote jobs use",
         description="Print the ECR image URI a remote job uses by default "
         "(<account>.dkr.ecr.<region>.amazonaws.com/trcomp-training:<tag>). "
         "TRCOMP_IMAGE_URI, when set, overrides it for every job and is printed instead.",
@@ -47,16 +48,22 @@ def register(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:  
     uri.set_defaults(func=_uri)
 
     build = sub.add_parser(
-        "build", help="build the training image locally (what `make image` does)",
+        "build",
+        help="build the training image locally (what `make image` does)",
         description="Build the training image from a trcomp checkout with `docker build "
         "--network host`. The image is tagged trcomp-training:latest (TRCOMP_LOCAL_IMAGE), "
         "the tag local mode runs.",
     )
-    build.add_argument("--base-image", help="image to build FROM (default: the Dockerfile's, "
-                       "a public CUDA PyTorch image)")
-    build.add_argument("--offline", action="store_true",
-                       help="first build a Debian base image without any registry "
-                       "(container/build_base.sh) and build FROM it")
+    build.add_argument(
+        "--base-image",
+        help="image to build FROM (default: the Dockerfile's, a public CUDA PyTorch image)",
+    )
+    build.add_argument(
+        "--offline",
+        action="store_true",
+        help="first build a Debian base image without any registry "
+        "(container/build_base.sh) and build FROM it",
+    )
     build.add_argument("--tag", default=None, help="local tag (default: trcomp-training:latest)")
     build.add_argument("--extra-ca-bundle", help="PEM bundle the image must trust (TLS proxies)")
     build.add_argument("--source", help="trcomp checkout to build from (default: this one)")
@@ -65,18 +72,22 @@ def register(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:  
     build.set_defaults(func=_build)
 
     push = sub.add_parser(
-        "push", help="push the local image to your ECR registry",
+        "push",
+        help="push the local image to your ECR registry",
         description="Log in to ECR (boto3 GetAuthorizationToken; the password goes to "
         "`docker login --password-stdin`), create the trcomp-training repository if it is "
         "missing, then `docker tag` and `docker push` the local image to the URI that "
         "`trcomp image uri` prints.",
     )
     _add_target(push)
-    push.add_argument("--local-image", default=None,
-                      help="local image to push (default: trcomp-training:latest)")
-    push.add_argument("--dry-run", action="store_true",
-                      help="log in to ECR through boto3, then print the docker commands "
-                      "instead of running them")
+    push.add_argument(
+        "--local-image", default=None, help="local image to push (default: trcomp-training:latest)"
+    )
+    push.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="log in to ECR through boto3, then print the docker commands instead of running them",
+    )
     push.set_defaults(func=_push)
     return parser
 
@@ -84,10 +95,14 @@ def register(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:  
 def _add_target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region", help="AWS region (default: the configured one)")
     parser.add_argument("--account", help="AWS account id (default: the caller's, from STS)")
-    parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu",
-                        help="image flavour (default: gpu)")
-    parser.add_argument("--framework-version", default=DEFAULT_FRAMEWORK_VERSION,
-                        help=f"PyTorch version in the image (default: {DEFAULT_FRAMEWORK_VERSION})")
+    parser.add_argument(
+        "--device", choices=("gpu", "cpu"), default="gpu", help="image flavour (default: gpu)"
+    )
+    parser.add_argument(
+        "--framework-version",
+        default=DEFAULT_FRAMEWORK_VERSION,
+        help=f"PyTorch version in the image (default: {DEFAULT_FRAMEWORK_VERSION})",
+    )
 
 
 # -- uri -----------------------------------------------------------------------------
@@ -174,8 +189,11 @@ def _build(args: argparse.Namespace) -> int:
         subprocess.run(commands[0], check=True)
     base = args.base_image or (commands[0][-1] if args.offline else None)
     result = run_build(
-        base, args.tag or local_image_uri(), extra_ca_bundle=args.extra_ca_bundle,
-        root=root, no_cache=args.no_cache,
+        base,
+        args.tag or local_image_uri(),
+        extra_ca_bundle=args.extra_ca_bundle,
+        root=root,
+        no_cache=args.no_cache,
     )
     print(f"built {result.tag} in {result.seconds:.1f} s")
     return 0

@@ -40,36 +40,67 @@ strings. The role defaults to $TRCOMP_ROLE; local modes need none."""
 def register(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
     """Add ``run`` to the ``trcomp`` parser."""
     parser = commands.add_parser(
-        "run", help="submit or run a training script with the compiler",
-        description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "run",
+        help="submit or run a training script with the compiler",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("script", help="the training script (entry point)")
-    parser.add_argument("--source-dir", help="directory shipped with the script "
-                        "(default: the script's directory)")
-    parser.add_argument("--instance-type", default="local_process",
-                        help="local_process (default), local, local_gpu or an ml.* type")
+    parser.add_argument(
+        "--source-dir", help="directory shipped with the script (default: the script's directory)"
+    )
+    parser.add_argument(
+        "--instance-type",
+        default="local_process",
+        help="local_process (default), local, local_gpu or an ml.* type",
+    )
     parser.add_argument("--instance-count", type=int, default=1, help="instances (default: 1)")
-    parser.add_argument("--compiler", choices=("auto", "inductor", "xla", "off"), default="auto",
-                        help="compiler backend, or off to run eager (default: auto)")
+    parser.add_argument(
+        "--compiler",
+        choices=("auto", "inductor", "xla", "off"),
+        default="auto",
+        help="compiler backend, or off to run eager (default: auto)",
+    )
     parser.add_argument("--debug", action="store_true", help="keep compiler logs and graphs")
-    parser.add_argument("--no-cache", action="store_true",
-                        help="no compile cache (and no default checkpoint location)")
-    parser.add_argument("--framework", choices=("pytorch", "huggingface"), default="pytorch",
-                        help="estimator class (default: pytorch)")
-    parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE",
-                        help="hyperparameter for the script (repeatable)")
-    parser.add_argument("--input", action="append", default=[], metavar="NAME=URI",
-                        help="input channel, s3:// or file:// (repeatable)")
-    parser.add_argument("--role", default=os.environ.get("TRCOMP_ROLE"),
-                        help="SageMaker execution role ARN (default: $TRCOMP_ROLE)")
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="no compile cache (and no default checkpoint location)",
+    )
+    parser.add_argument(
+        "--framework",
+        choices=("pytorch", "huggingface"),
+        default="pytorch",
+        help="estimator class (default: pytorch)",
+    )
+    parser.add_argument(
+        "--hp",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="hyperparameter for the script (repeatable)",
+    )
+    parser.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=URI",
+        help="input channel, s3:// or file:// (repeatable)",
+    )
+    parser.add_argument(
+        "--role",
+        default=os.environ.get("TRCOMP_ROLE"),
+        help="SageMaker execution role ARN (default: $TRCOMP_ROLE)",
+    )
     parser.add_argument("--output-path", help="where model and output go (s3:// or file://)")
     parser.add_argument("--checkpoint-s3-uri", help="checkpoint (and compile cache) location")
     parser.add_argument("--image-uri", help="training image (default: trcomp's)")
     parser.add_argument("--base-job-name", help="prefix of the job name")
     parser.add_argument("--job-name", help="exact job name")
     parser.add_argument("--max-run", type=int, help="maximum run time in seconds")
-    parser.add_argument("--no-wait", action="store_true",
-                        help="return once the job is submitted (remote jobs)")
+    parser.add_argument(
+        "--no-wait", action="store_true", help="return once the job is submitted (remote jobs)"
+    )
     parser.set_defaults(func=run)
     return parser
 

@@ -182,8 +182,7 @@ class _CtrlC:
         signal.signal(signal.SIGINT, self._previous)
         print("\n[trcomp] Ctrl-C: stopping the job's containers", file=sys.stderr, flush=True)
         # Off the main thread, which must keep draining compose's output meanwhile.
-        self._stopper = threading.Thread(target=_stop_containers, args=(self.job_id,),
-                                         daemon=True)
+        self._stopper = threading.Thread(target=_stop_containers, args=(self.job_id,), daemon=True)
         self._stopper.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -65,8 +65,12 @@ def main() -> None:
     if rank == 0:
         model_dir = Path(os.environ["SM_MODEL_DIR"])
         runtime.save(model.state_dict(), model_dir / "model.pt")
-        info = {"world_size": world, "hosts": json.loads(os.environ["SM_HOSTS"]),
-                "backend": runtime.backend(), "loss": loss.item()}
+        info = {
+            "world_size": world,
+            "hosts": json.loads(os.environ["SM_HOSTS"]),
+            "backend": runtime.backend(),
+            "loss": loss.item(),
+        }
         (model_dir / "info.json").write_text(json.dumps(info))
     if world > 1:
         dist.barrier()
