@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Job", "JobPaths"]
+from trcomp.checkpoints import CHECKPOINT_DIR_ENV
+
+__all__ = ["Job", "JobPaths", "checkpoint_dir"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,16 @@ class JobPaths:
     def cache(self) -> Path:
         """``checkpoints/trcomp-cache``: compile caches, synced with checkpoint_s3_uri."""
         return self.checkpoints / "trcomp-cache"
+
+
+def checkpoint_dir(base: Path, environ: Mapping[str, str]) -> Path:
+    """The job's checkpoint dir: ``TRCOMP_CHECKPOINT_DIR`` when absolute, else ``base/checkpoints``.
+
+    The estimators set the variable from ``checkpoint_local_path``, the directory
+    SageMaker syncs with ``checkpoint_s3_uri``, so the compile caches are synced too.
+    """
+    chosen = environ.get(CHECKPOINT_DIR_ENV, "")
+    return Path(chosen) if chosen.startswith("/") else base / "checkpoints"
 
 
 @dataclass(frozen=True)
@@ -89,7 +101,7 @@ class Job:
             model=Path(env.model_dir),
             output=Path(env.output_dir),
             output_data=Path(env.output_data_dir),
-            checkpoints=Path(environment.base_dir) / "checkpoints",
+            checkpoints=checkpoint_dir(Path(environment.base_dir), os.environ),
         )
         return cls(
             paths=paths,

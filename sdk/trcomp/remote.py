@@ -24,6 +24,7 @@ from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
+from trcomp.checkpoints import export_checkpoint_path
 from trcomp.errors import TrcompError
 from trcomp.session import quiet_sagemaker
 
@@ -184,7 +185,8 @@ def prepare_remote_job(estimator: Any) -> None:
     """Check and complete an estimator before it is submitted to SageMaker.
 
     Refuses credentials in hyperparameters and environment, then sets the default
-    ``checkpoint_s3_uri`` (:func:`default_checkpoint_uri`) when the cache is on.
+    ``checkpoint_s3_uri`` (:func:`default_checkpoint_uri`) when the cache is on, and
+    tells the container about a custom ``checkpoint_local_path``.
     """
     check_no_credentials(
         estimator.hyperparameters(),
@@ -195,6 +197,7 @@ def prepare_remote_job(estimator: Any) -> None:
     if uri is not None:
         logger.info("trcomp: compile cache kept at checkpoint_s3_uri=%s", uri)
         estimator.checkpoint_s3_uri = uri
+    export_checkpoint_path(estimator)
 
 
 # -- errors --------------------------------------------------------------------------

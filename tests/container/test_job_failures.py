@@ -113,6 +113,20 @@ def test_hyperparameters_are_argv_never_a_shell(tmp_path, jobs):
     assert run.failure is None and (tmp_path / "output" / "success").exists()
 
 
+def test_caches_follow_the_checkpoint_dir_the_estimator_names(tmp_path, jobs):
+    custom = tmp_path / "my-checkpoints"
+    run = jobs.run_job(
+        tmp_path,
+        config=TrainingCompilerConfig(backend="inductor"),
+        entry_point="probe_env.py",
+        env={"TRCOMP_CHECKPOINT_DIR": str(custom)},
+    )
+    assert run.returncode == 0, run.output
+    cache = custom / "trcomp-cache"
+    assert run.model_json("seen.json")["env"]["TORCHINDUCTOR_CACHE_DIR"] == str(cache / "inductor")
+    assert run.summary["cache_dir"] == str(cache)
+
+
 def test_legacy_two_key_job_compiles_with_inductor(tmp_path, jobs):
     hps = {
         "sagemaker_training_compiler_enabled": True,

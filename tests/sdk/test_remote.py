@@ -177,11 +177,15 @@ def test_user_checkpoint_location_wins(moto: MotoServer, role: str, source_dir: 
         instance_type="ml.g5.xlarge",
         instance_count=1,
         checkpoint_s3_uri=mine,
+        checkpoint_local_path="/opt/ml/my-checkpoints",
         compiler_config=trcomp.TrainingCompilerConfig(),
     )
     estimator.fit({"train": TRAIN_URI}, wait=False)
     request = _create_request(moto, estimator.latest_training_job.name)
-    assert request["CheckpointConfig"]["S3Uri"] == mine
+    assert request["CheckpointConfig"] == {"S3Uri": mine, "LocalPath": "/opt/ml/my-checkpoints"}
+    # The container keeps its compile caches in the directory SageMaker syncs. (moto
+    # does not store a training job's Environment, so this is checked on the request.)
+    assert request["Environment"]["TRCOMP_CHECKPOINT_DIR"] == "/opt/ml/my-checkpoints"
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from trcomp.checkpoints import export_checkpoint_path
 from trcomp.errors import LocalModeError
 
 __all__ = ["DEFAULT_CHECKPOINT_PATH", "checkpoint_dir", "checkpoint_mount"]
@@ -74,6 +75,7 @@ def checkpoint_mount(estimator: Any) -> Iterator[Path | None]:
         )
     host_dir.mkdir(parents=True, exist_ok=True)
     image = _sdk_image_module()
+    export_checkpoint_path(estimator)  # before the SDK stops seeing checkpoint_local_path
     original = image._SageMakerContainer._prepare_training_volumes
 
     def with_checkpoints(self: Any, *args: Any, **kwargs: Any) -> list[Any]:

@@ -63,6 +63,8 @@ def test_checkpoint_local_path_is_the_mount_point(tmp_path: Path, role: str) -> 
     with checkpoint_mount(estimator):
         assert _volumes(tmp_path)[-1].endswith(":/opt/ml/my-checkpoints")
     assert estimator.checkpoint_local_path == "/opt/ml/my-checkpoints"
+    # The container's compile caches follow the checkpoint path.
+    assert estimator.environment["TRCOMP_CHECKPOINT_DIR"] == "/opt/ml/my-checkpoints"
 
 
 @pytest.mark.parametrize(
