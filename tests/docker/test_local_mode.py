@@ -120,7 +120,13 @@ def test_file_checkpoints_keep_the_compile_cache_between_jobs(
     uri = f"file://{checkpoints}"
     summaries = []
     for _ in range(2):
-        estimator = _estimator(job_dirs, role, hyperparameters={"steps": 5}, checkpoint_s3_uri=uri)
+        estimator = _estimator(
+            job_dirs,
+            role,
+            hyperparameters={"steps": 5},
+            checkpoint_s3_uri=uri,
+            checkpoint_local_path="/opt/ml/my-checkpoints",  # the caches follow it
+        )
         estimator.fit({"training": f"file://{job_dirs['data']}"})
         output = _members(job_dirs["output"] / "output.tar.gz")
         summaries.append(json.loads(output["data/compiler/summary.json"]))
