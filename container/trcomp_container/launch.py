@@ -93,6 +93,14 @@ def nproc_per_node(
                 f"TRCOMP_NPROC_PER_NODE={explicit!r} is not a positive whole number",
                 ExitCode.CONFIG,
             )
+        if count > 1 and distribution == "pytorchxla" and not (devices.gpus or devices.tpus):
+            raise JobFailed(
+                f"TRCOMP_NPROC_PER_NODE={count} with the pytorchxla distribution on CPU: "
+                "torch-xla 2.9 gives every CPU process a world of one, so the processes "
+                "would train separately. Unset it, or use torch_distributed to test "
+                "multi-process training on CPU.",
+                ExitCode.CONFIG,
+            )
         return count
     if devices.gpus:
         return devices.gpus

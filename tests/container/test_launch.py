@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,3 +129,37 @@ def test_nproc_per_node():
     assert nproc_per_node("torch_distributed", None, Devices(), {"TRCOMP_NPROC_PER_NODE": "2"}) == 2
     with pytest.raises(JobFailed):
         nproc_per_node("torch_distributed", None, Devices(), {"TRCOMP_NPROC_PER_NODE": "two"})
+    with pytest.raises(JobFailed, match="world of one"):
+        nproc_per_node("pytorchxla", "xla", Devices(), {"TRCOMP_NPROC_PER_NODE": "2"})
+
+
+_XLA_WORLD = """
+import torch_xla.runtime as xr
+print("world", xr.world_size(), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_torch_xla_on_cpu_gives_each_torchrun_process_a_world_of_one(tmp_path):
+    """Why pytorchxla refuses several processes per CPU host; fails once torch-xla changes."""
+    script = tmp_path / "world.py"
+    script.write_text(_XLA_WORLD)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_", "TRCOMP_"))}
+    env["PJRT_DEVICE"] = "CPU"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(script),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n").count("world 1") == 2, done.stdout
