@@ -79,6 +79,25 @@ def source_dir(tmp_path: Path) -> Path:
     return src
 
 
+def _estimator(
+    source_dir: Path,
+    role: str,
+    instance_type: str = "ml.g5.xlarge",
+    *,
+    estimator_class: Any = trcomp.PyTorch,
+    **kwargs: Any,
+) -> Any:
+    """A remote job for ``train.py`` in ``source_dir``, on one instance unless told."""
+    kwargs.setdefault("instance_count", 1)
+    return estimator_class(
+        entry_point="train.py",
+        source_dir=str(source_dir),
+        role=role,
+        instance_type=instance_type,
+        **kwargs,
+    )
+
+
 def _describe(job_name: str) -> dict[str, Any]:
     return dict(boto3.client("sagemaker").describe_training_job(TrainingJobName=job_name))
 
@@ -132,11 +151,10 @@ def _assert_job(
 
 
 def test_pytorch_job_reaches_sagemaker(moto: MotoServer, role: str, source_dir: Path) -> None:
-    estimator = trcomp.PyTorch(
-        entry_point="train.py",
-        source_dir=str(source_dir),
-        role=role,
-        instance_type="ml.g5.2xlarge",
+    estimator = _estimator(
+        source_dir,
+        role,
+        "ml.g5.2xlarge",
         instance_count=2,
         hyperparameters={"epochs": 2},
         compiler_config=trcomp.TrainingCompilerConfig(),
@@ -151,12 +169,11 @@ def test_pytorch_job_reaches_sagemaker(moto: MotoServer, role: str, source_dir: 
 
 
 def test_huggingface_job_reaches_sagemaker(moto: MotoServer, role: str, source_dir: Path) -> None:
-    estimator = trcomp.HuggingFace(
-        entry_point="train.py",
-        source_dir=str(source_dir),
-        role=role,
-        instance_type="ml.p4d.24xlarge",
-        instance_count=1,
+    estimator = _estimator(
+        source_dir,
+        role,
+        "ml.p4d.24xlarge",
+        estimator_class=trcomp.HuggingFace,
         base_job_name="bert-finetune",
         compiler_config=trcomp.TrainingCompilerConfig(),
     )
@@ -170,12 +187,9 @@ def test_huggingface_job_reaches_sagemaker(moto: MotoServer, role: str, source_d
 
 def test_user_checkpoint_location_wins(moto: MotoServer, role: str, source_dir: Path) -> None:
     mine = f"s3://{DATA_BUCKET}/my-checkpoints/run-7"
-    estimator = trcomp.PyTorch(
-        entry_point="train.py",
-        source_dir=str(source_dir),
-        role=role,
-        instance_type="ml.g5.xlarge",
-        instance_count=1,
+    estimator = _estimator(
+        source_dir,
+        role,
         checkpoint_s3_uri=mine,
         checkpoint_local_path="/opt/ml/my-checkpoints",
         compiler_config=trcomp.TrainingCompilerConfig(),
@@ -199,14 +213,7 @@ def test_user_checkpoint_location_wins(moto: MotoServer, role: str, source_dir: 
 def test_no_checkpoint_without_cache(
     moto: MotoServer, role: str, source_dir: Path, config: trcomp.TrainingCompilerConfig | None
 ) -> None:
-    estimator = trcomp.PyTorch(
-        entry_point="train.py",
-        source_dir=str(source_dir),
-        role=role,
-        instance_type="ml.g5.xlarge",
-        instance_count=1,
-        compiler_config=config,
-    )
+    estimator = _estimator(source_dir, role, compiler_config=config)
     assert default_checkpoint_uri(estimator) is None
     estimator.fit({"train": TRAIN_URI}, wait=False)
     assert "CheckpointConfig" not in _create_request(moto, estimator.latest_training_job.name)
@@ -237,12 +244,11 @@ def test_no_credentials_in_job(
     caplog.set_level(logging.INFO)
     caplog.set_level(logging.DEBUG, logger="trcomp")
     caplog.set_level(logging.DEBUG, logger="sagemaker")
-    estimator = trcomp.HuggingFace(
-        entry_point="train.py",
-        source_dir=str(source_dir),
-        role=role,
-        instance_type="ml.g5.2xlarge",
-        instance_count=1,
+    estimator = _estimator(
+        source_dir,
+        role,
+        "ml.g5.2xlarge",
+        estimator_class=trcomp.HuggingFace,
         environment={"TOKENIZERS_PARALLELISM": "false"},
         hyperparameters={"max_tokens": 128},
         compiler_config=trcomp.TrainingCompilerConfig(debug=True),
@@ -272,12 +278,9 @@ def test_credentials_in_hyperparameters_are_refused(
 ) -> None:
     before = len(moto.json_requests("CreateTrainingJob"))
     uploads = len([r for r in moto.requests() if r["method"] == "PUT"])
-    estimator = trcomp.PyTorch(
-        entry_point="train.py",
-        source_dir=str(source_dir),
-        role=role,
-        instance_type="ml.g5.xlarge",
-        instance_count=1,
+    estimator = _estimator(
+        source_dir,
+        role,
         hyperparameters={"hub_token": os.environ["AWS_SESSION_TOKEN"]},
         compiler_config=trcomp.TrainingCompilerConfig(),
     )
@@ -286,14 +289,7 @@ def test_credentials_in_hyperparameters_are_refused(
     assert FAKE_CREDENTIALS["AWS_SESSION_TOKEN"] not in str(info.value)
     assert len(moto.json_requests("CreateTrainingJob")) == before
     assert len([r for r in moto.requests() if r["method"] == "PUT"]) == uploads
-    estimator = trcomp.PyTorch(
-        entry_point="train.py",
-        source_dir=str(source_dir),
-        role=role,
-        instance_type="ml.g5.xlarge",
-        instance_count=1,
-        environment={"AWS_SECRET_ACCESS_KEY": "anything"},
-    )
+    estimator = _estimator(source_dir, role, environment={"AWS_SECRET_ACCESS_KEY": "anything"})
     with pytest.raises(CredentialLeakError, match="environment variable 'AWS_SECRET_ACCESS_KEY'"):
         estimator.fit({"train": TRAIN_URI}, wait=False)
 
@@ -312,12 +308,9 @@ def test_access_denied_surfaces_with_context(moto: MotoServer, role: str, source
     as_user = boto3.Session(
         aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"]
     )
-    estimator = trcomp.PyTorch(
-        entry_point="train.py",
-        source_dir=str(source_dir),
-        role=role,
-        instance_type="ml.g5.xlarge",
-        instance_count=1,
+    estimator = _estimator(
+        source_dir,
+        role,
         sagemaker_session=remote_session(as_user),
         compiler_config=trcomp.TrainingCompilerConfig(),
     )
@@ -368,12 +361,10 @@ def test_sagemaker_refusals_surface_with_context(
         refusing.code, refusing.message = code, message
         # Only SageMaker answers with the error; STS and S3 stay on moto.
         monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER", refusing.url)
-        estimator = trcomp.PyTorch(
-            entry_point="train.py",
-            source_dir=str(source_dir),
-            role=f"arn:aws:iam::{ACCOUNT}:role/missing",
-            instance_type="ml.p5.48xlarge",
-            instance_count=1,
+        estimator = _estimator(
+            source_dir,
+            f"arn:aws:iam::{ACCOUNT}:role/missing",
+            "ml.p5.48xlarge",
             compiler_config=trcomp.TrainingCompilerConfig(),
         )
         with pytest.raises(ClientError) as info:
