@@ -63,6 +63,8 @@ def backend_env(name: str, cache_dir: Path, base: Mapping[str, str]) -> dict[str
     ``cache_dir`` holds this backend's compile caches: a fresh directory gives a
     cold start, the same directory again a warm one. ``base`` is copied, not changed.
     """
+    from trcomp_container.backends import inductor, xla
+
     spec = get_backend(name)
     env = dict(base)
     # The TRCOMP_CONFIG body the container would export (see trcomp.runtime).
@@ -71,19 +73,14 @@ def backend_env(name: str, cache_dir: Path, base: Mapping[str, str]) -> dict[str
         config["backend"] = "xla"
         env["USE_TORCH_XLA"] = "1"
         env.setdefault("PJRT_DEVICE", "CPU")
-        # torch_xla.runtime.initialize_cache() reads these two variables.
-        env["XLA_PERSISTENT_CACHE_PATH"] = str(cache_dir / "xla")
-        env["XLA_PERSISTENT_CACHE_READ_ONLY"] = "0"
+        env.update(xla.cache_environment(cache_dir))  # the container's cache layout
     else:
         # With torch-xla installed, transformers would otherwise move models to XLA.
         env["USE_TORCH_XLA"] = "0"
         env.pop("PJRT_DEVICE", None)
         if spec.compiler == "inductor":
             config.update(backend="inductor", mode=spec.mode)
-        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir / "inductor")
-        env["TRITON_CACHE_DIR"] = str(cache_dir / "triton")
-        env["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "1"
-        env["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "1"
+        env.update(inductor.cache_environment(cache_dir))
     env["TRCOMP_CONFIG"] = json.dumps(config, sort_keys=True)
     return env
 
@@ -120,12 +117,13 @@ class Session:
         runtime.optimizer_step(optimizer)
 
     def to_device(self, batch: Any) -> Any:
-        """``batch`` (tensor, tuple, list or dict of tensors) moved to this device."""
-        if isinstance(batch, Mapping):
-            return {k: self.to_device(v) for k, v in batch.items()}
-        if isinstance(batch, tuple | list):
-            return type(batch)(self.to_device(v) for v in batch)
-        return batch.to(self.device) if hasattr(batch, "to") else batch
+        """``batch`` (tensor, tuple, list or dict of tensors) moved to this device.
+
+        The same mover ``runtime.wrap_loader`` applies to every batch of a job.
+        """
+        from trcomp.runtime import _move
+
+        return _move(batch, self.device)
 
     def mark_step(self) -> None:
         """End of a training step: run the XLA graph; on CUDA wait for the kernels."""

@@ -124,7 +124,7 @@ def find_batch_size(
     """
     trials: list[Trial] = []
     devices: list[str] = []
-    run = runner or (lambda s, e: run_measurement(s, e))
+    run = runner or run_measurement
 
     with tempfile.TemporaryDirectory(prefix="trcomp-bs-") as cache:
         env = backend_env(backend, Path(cache), os.environ)

@@ -172,12 +172,11 @@ def run_benchmark(
     options: BenchOptions,
     progress: bool = True,
     runner: Runner | None = None,
-    cache_root: Path | None = None,
 ) -> BenchResult:
     """Measure every (workload, backend) of ``options``; failures become ``errors``.
 
-    ``runner`` replaces :func:`run_measurement` (tests); ``cache_root`` keeps the
-    compile caches (default: a temporary directory removed at the end).
+    ``runner`` replaces :func:`run_measurement` (tests). The compile caches live in
+    a temporary directory removed at the end.
     """
     from tqdm import tqdm
 
@@ -190,7 +189,7 @@ def run_benchmark(
     results: dict[RunSpec, list[dict[str, Any]]] = {spec: [] for spec in specs}
     errors: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="trcomp-bench-") as tmp:
-        root = cache_root or Path(tmp)
+        root = Path(tmp)
         bar = tqdm(total=rounds * len(specs), disable=not progress, file=sys.stderr, unit="run")
         with bar:
             for round_no in range(rounds):

@@ -71,6 +71,8 @@ def _docker_run(work: Path, image: str, compiler: bool) -> tuple[float, float]:
     tree = work / "tree"
     shutil.rmtree(tree, ignore_errors=True)
     hyperparameters = TrainingCompilerConfig(enabled=compiler).to_hyperparameters()
+    # Inside the container the tree is /opt/ml, so the code directory moves too.
+    hyperparameters["sagemaker_submit_directory"] = json.dumps("/opt/ml/code")
     lay_out_tree(
         tree,
         hyperparameters=hyperparameters,
@@ -78,11 +80,6 @@ def _docker_run(work: Path, image: str, compiler: bool) -> tuple[float, float]:
         source_dir=work / "src",
         entry_point="train.py",
     )
-    # Inside the container the tree is /opt/ml, so the code directory moves too.
-    config = tree / "input" / "config" / "hyperparameters.json"
-    values = json.loads(config.read_text())
-    values["sagemaker_submit_directory"] = json.dumps("/opt/ml/code")
-    config.write_text(json.dumps(values))
     command = [
         "docker",
         "run",
