@@ -79,16 +79,6 @@ class Job:
     num_cpus: int
     environ: Mapping[str, str] = field(default_factory=dict)
 
-    @property
-    def host_rank(self) -> int:
-        """This host's index in the sorted host list (torchrun's node rank)."""
-        return sorted(self.hosts).index(self.current_host)
-
-    @property
-    def master_host(self) -> str:
-        """The host that runs rank 0."""
-        return sorted(self.hosts)[0]
-
     @classmethod
     def from_toolkit(cls) -> Job:
         """Read the job the way the toolkit sees it (hyperparameters, resourceconfig, SM_*)."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from trcomp.distribution import DISTRIBUTION_KEYS
 from trcomp_container.backends import ConcreteBackend
 from trcomp_container.devices import Devices
 from trcomp_container.failures import ExitCode, JobFailed
@@ -31,8 +32,9 @@ __all__ = [
 
 Distribution = Literal["none", "torch_distributed", "pytorchxla"]
 
-_TORCHRUN_KEYS = ("sagemaker_torch_distributed_enabled", "sagemaker_pytorch_ddp_enabled")
-_XLA_KEY = "sagemaker_pytorch_xla_multi_worker_enabled"
+# The keys the SDK side writes (trcomp.distribution), read back here.
+_TORCHRUN_KEYS = (DISTRIBUTION_KEYS["torch_distributed"], DISTRIBUTION_KEYS["pytorchddp"])
+_XLA_KEY = DISTRIBUTION_KEYS["pytorchxla"]
 _UNSUPPORTED = {
     "sagemaker_mpi_enabled": "mpi",
     "sagemaker_distributed_dataparallel_enabled": "smdistributed dataparallel",

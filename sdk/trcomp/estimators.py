@@ -30,14 +30,13 @@ from trcomp.images import (  # noqa: E402
     local_image_uri,
     remote_image_uri,
 )
+from trcomp.instances import DOCKER_LOCAL_MODES, PROCESS_MODE  # noqa: E402
 from trcomp.metrics import metric_definitions  # noqa: E402
 
 __all__ = ["PROCESS_MODE", "Estimator", "HuggingFace", "PyTorch", "as_trcomp_config"]
 
 logger = logging.getLogger("trcomp")
 
-PROCESS_MODE = "local_process"
-DOCKER_LOCAL_MODES = ("local", "local_gpu")
 DEFAULT_PY_VERSION = "py311"
 DEFAULT_TRANSFORMERS_VERSION = "4.57"
 # Stands in for the default image during the SDK's constructor; the real URI is

@@ -5,14 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["FAMILIES", "InstanceInfo", "InstanceKind", "describe_instance"]
+__all__ = [
+    "DOCKER_LOCAL_MODES",
+    "FAMILIES",
+    "PROCESS_MODE",
+    "InstanceInfo",
+    "InstanceKind",
+    "describe_instance",
+]
+
+PROCESS_MODE = "local_process"
+"""The instance type of process mode: the job runs on this machine, no Docker."""
+DOCKER_LOCAL_MODES = ("local", "local_gpu")
+"""The instance types of SageMaker's own local mode (Docker)."""
 
 InstanceKind = Literal["gpu", "cpu", "neuron", "local", "local_gpu", "unknown"]
 LOCAL_TYPES: dict[str, InstanceKind] = {
     "local": "local",
     "local_gpu": "local_gpu",
     # process mode runs on this machine, like Docker local mode on CPU
-    "local_process": "local",
+    PROCESS_MODE: "local",
 }
 
 # family -> kind. NVIDIA GPU families pass; CPU families pass with a warning;

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from trcomp.errors import TrcompError
+from trcomp.instances import DOCKER_LOCAL_MODES, PROCESS_MODE
 
 __all__ = ["LOCAL_ROLE", "EstimatorSpec", "estimator_spec", "parse_pairs", "register", "run"]
 
 LOCAL_ROLE = "arn:aws:iam::111111111111:role/trcomp-local"
 """Stands in for an execution role in local modes, where no AWS call uses it."""
 
-_LOCAL = ("local_process", "local", "local_gpu")
+_LOCAL = (PROCESS_MODE, *DOCKER_LOCAL_MODES)
 
 _DESCRIPTION = """\
 Run a training script with the training compiler, without writing Python: the

@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 
 from trcomp.checkpoints import export_checkpoint_path
 from trcomp.errors import LocalModeError
+from trcomp.local import local_path
 
 __all__ = ["DEFAULT_CHECKPOINT_PATH", "checkpoint_dir", "checkpoint_mount"]
 
@@ -35,12 +36,9 @@ DEFAULT_CHECKPOINT_PATH = "/opt/ml/checkpoints"
 def checkpoint_dir(estimator: Any) -> Path | None:
     """The host directory of a ``file://`` ``checkpoint_s3_uri``, or None."""
     uri = getattr(estimator, "checkpoint_s3_uri", None)
-    if not uri:
+    if not uri or urlparse(str(uri)).scheme != "file":
         return None
-    parsed = urlparse(str(uri))
-    if parsed.scheme != "file":
-        return None
-    return Path(parsed.netloc + parsed.path).expanduser().resolve()
+    return local_path(str(uri))
 
 
 @contextlib.contextmanager

@@ -44,9 +44,9 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
-from urllib.parse import urlparse
 
 from trcomp.errors import LocalModeError
+from trcomp.local import local_path
 from trcomp.local.checkpoints import checkpoint_mount
 from trcomp.local.docker_checks import compose_command, preflight, run_docker
 
@@ -80,9 +80,9 @@ def failure_reason(output_tar: str | os.PathLike[str]) -> str | None:
 def _output_tars(estimator: Any, scratch: Path, since: float) -> list[Path]:
     """Where local mode put this job's ``output.tar.gz``: the file:// output_path or scratch."""
     candidates = list(scratch.glob("*/compressed_artifacts/output.tar.gz"))
-    output_path = getattr(estimator, "output_path", None) or ""
-    if output_path.startswith("file://"):
-        candidates.append(_local_path(output_path) / "output.tar.gz")
+    output_dir = _file_output_path(estimator)
+    if output_dir is not None:
+        candidates.append(output_dir / "output.tar.gz")
     # A stale output.tar.gz from an earlier job at the same path is not this job's.
     fresh = [p for p in candidates if p.is_file() and p.stat().st_mtime >= since - 1]
     return sorted(fresh, key=lambda p: p.stat().st_mtime, reverse=True)
@@ -237,9 +237,10 @@ def _give_back(paths: list[Path], image_uri: str) -> None:
         )
 
 
-def _local_path(uri: str) -> Path:
-    parsed = urlparse(uri)
-    return Path(os.path.abspath(parsed.netloc + parsed.path))
+def _file_output_path(estimator: Any) -> Path | None:
+    """The host directory of a ``file://`` output_path (None for S3 or no output_path)."""
+    output_path = getattr(estimator, "output_path", None) or ""
+    return local_path(output_path) if output_path.startswith("file://") else None
 
 
 def _user_dirs(estimator: Any, scratch: Path) -> list[Path]:
@@ -251,9 +252,9 @@ def _user_dirs(estimator: Any, scratch: Path) -> list[Path]:
     source_dir = getattr(estimator, "source_dir", None)
     if source_dir and "://" not in str(source_dir):
         dirs.append(Path(source_dir).resolve())
-    output_path = getattr(estimator, "output_path", None) or ""
-    if output_path.startswith("file://"):
-        dirs.append(_local_path(output_path))
+    output_dir = _file_output_path(estimator)
+    if output_dir is not None:
+        dirs.append(output_dir)
     return [d for d in dirs if d.is_dir()]
 
 

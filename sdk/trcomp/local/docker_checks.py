@@ -11,6 +11,7 @@ import shutil
 import subprocess
 
 from trcomp.errors import LocalModeError
+from trcomp.instances import DOCKER_LOCAL_MODES
 
 __all__ = ["compose_command", "preflight", "run_docker"]
 
@@ -106,7 +107,7 @@ def preflight(image_uri: str, instance_type: str) -> None:
     SDK, which pulls them) and, for ``local_gpu``, the NVIDIA Container Toolkit.
     ``instance_type`` is ``local`` or ``local_gpu``.
     """
-    if instance_type not in ("local", "local_gpu"):
+    if instance_type not in DOCKER_LOCAL_MODES:
         raise LocalModeError(
             f"instance_type {instance_type!r} is not a Docker local mode; use 'local' or "
             "'local_gpu' (or 'local_process' for no Docker)."

@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from trcomp.errors import LocalModeError
+from trcomp.local import local_path
 
 __all__ = ["ProcessJob", "plan_process_job", "run_process_job"]
 
@@ -70,9 +70,9 @@ class ProcessJob:
 
 
 def _local_path(uri: str, what: str) -> Path:
-    parsed = urlparse(uri)
-    if parsed.scheme in ("", "file"):
-        return Path(parsed.netloc + parsed.path if parsed.scheme else uri).expanduser().resolve()
+    path = local_path(uri)
+    if path is not None:
+        return path
     raise LocalModeError(
         f"{what} is {uri!r}, but process mode reads and writes local files only: "
         "pass a file:// URI or a path (use instance_type='ml.*' for S3 data)"
