@@ -18,6 +18,7 @@ __all__ = [
     "REPOSITORY",
     "Device",
     "device_for_instance",
+    "ecr_image_uri",
     "local_image_uri",
     "remote_image_uri",
 ]
@@ -57,6 +58,16 @@ def remote_image_uri(
     override = os.environ.get("TRCOMP_IMAGE_URI")
     if override:
         return override
+    return ecr_image_uri(region, account, framework_version, device)
+
+
+def ecr_image_uri(
+    region: str,
+    account: str,
+    framework_version: str = DEFAULT_FRAMEWORK_VERSION,
+    device: Device = "gpu",
+) -> str:
+    """``<account>.dkr.ecr.<region>.amazonaws.com[.cn]/trcomp-training:<tag>``, no override."""
     domain = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
     return (
         f"{account}.dkr.ecr.{region}.{domain}/{REPOSITORY}:{image_tag(framework_version, device)}"

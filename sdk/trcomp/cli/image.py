@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trcomp.images import DEFAULT_FRAMEWORK_VERSION, REPOSITORY, image_tag, local_image_uri
+from trcomp.images import DEFAULT_FRAMEWORK_VERSION, REPOSITORY, ecr_image_uri, local_image_uri
 
 __all__ = [
     "EcrLogin",
@@ -248,11 +248,8 @@ def push_commands(registry: str, local_image: str, remote: str) -> list[list[str
 
 def _push(args: argparse.Namespace) -> int:
     session, region, account = _target(args)
-    remote = f"{account}.dkr.ecr.{region}.amazonaws.com/{REPOSITORY}:" + image_tag(
-        args.framework_version, args.device
-    )
-    if region.startswith("cn-"):
-        remote = remote.replace(".amazonaws.com/", ".amazonaws.com.cn/")
+    # Where the image goes is the registry itself, whatever TRCOMP_IMAGE_URI says.
+    remote = ecr_image_uri(region, account, args.framework_version, args.device)
     login = ecr_login(session, region, account, create_repository=not args.dry_run)
     commands = push_commands(login.registry, args.local_image or local_image_uri(), remote)
     if args.dry_run:
