@@ -27,8 +27,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -210,15 +209,6 @@ class BuildResult:
     seconds: float
 
 
-@contextmanager
-def _context_dir(keep: str | os.PathLike[str] | None) -> Iterator[Path]:
-    if keep:
-        yield Path(keep)
-        return
-    with tempfile.TemporaryDirectory(prefix="trcomp-build-") as tmp:
-        yield Path(tmp)
-
-
 def run_build(
     base_image: str | None = None,
     tag: str = LOCAL_IMAGE,
@@ -226,8 +216,6 @@ def run_build(
     extra_ca_bundle: str | os.PathLike[str] | None = None,
     root: str | os.PathLike[str] | None = None,
     no_cache: bool = False,
-    context_dir: str | os.PathLike[str] | None = None,
-    extra_args: Sequence[str] = (),
 ) -> BuildResult:
     """Stage the context and run ``docker build``; Docker's output streams to the terminal.
 
@@ -247,10 +235,10 @@ def run_build(
             "(container/build_base.sh, needs root and debootstrap) first."
         )
     start = time.monotonic()
-    with _context_dir(context_dir) as ctx:
+    with tempfile.TemporaryDirectory(prefix="trcomp-build-") as tmp:
+        ctx = Path(tmp)
         stage_context(ctx, root=root, extra_ca_bundle=extra_ca_bundle)
         cmd = build_image(base_image, tag, ctx, no_cache=no_cache, docker=docker)
-        cmd[-1:-1] = list(extra_args)
         # The classic builder: BuildKit needs the buildx plugin, which Debian's
         # docker.io does not ship; the Dockerfile needs nothing BuildKit-only.
         env = {**os.environ, "DOCKER_BUILDKIT": os.environ.get("DOCKER_BUILDKIT", "0")}
