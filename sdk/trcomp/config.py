@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trcomp._version import __version__
 from trcomp.errors import CompilerConfigError
 from trcomp.hyperparameters import check_limits
+from trcomp.instances import supported_gpu_families
 
 if TYPE_CHECKING:
     from sagemaker.estimator import EstimatorBase
@@ -56,6 +57,15 @@ class TrainingCompilerConfig(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    # The AWS class's attributes, same names and meaning (docs/migration.md).
+    HP_ENABLE_COMPILER: ClassVar[str] = ENABLED_KEY
+    HP_ENABLE_DEBUG: ClassVar[str] = DEBUG_KEY
+    HP_CONFIG: ClassVar[str] = CONFIG_KEY
+    """trcomp's third hyperparameter: the whole config as one JSON object."""
+    DEBUG_PATH: ClassVar[str] = "/opt/ml/output/data/compiler/"
+    SUPPORTED_INSTANCE_CLASS_PREFIXES: ClassVar[list[str]] = supported_gpu_families()
+    """The NVIDIA GPU families trcomp knows; others are refused or warned about."""
 
     enabled: bool = Field(
         default=True,
@@ -229,6 +239,22 @@ class TrainingCompilerConfig(BaseModel):
         from trcomp.validation import validate_job
 
         return validate_job(self, estimator)
+
+    @classmethod
+    def validate(cls, estimator: EstimatorBase) -> None:  # type: ignore[override]
+        """The AWS SDK's check: raise ``ValueError`` if ``estimator`` cannot run compiled.
+
+        Same call and meaning as ``sagemaker.training_compiler.config.TrainingCompilerConfig
+        .validate(estimator)`` (not pydantic's deprecated ``BaseModel.validate``). Checks
+        the estimator's own ``compiler_config`` (a default config when it has none) with
+        the rules of :meth:`validate_for`; warnings go through :mod:`warnings`.
+        """
+        config = getattr(estimator, "compiler_config", None)
+        if config is None:
+            config = cls()
+        elif not isinstance(config, TrainingCompilerConfig):  # the AWS class: same two fields
+            config = cls(enabled=bool(config.enabled), debug=bool(getattr(config, "debug", False)))
+        config.validate_for(estimator)
 
 
 def _describe(exc: ValidationError) -> str:

@@ -20,15 +20,18 @@ import sagemaker.estimator  # noqa: E402
 import sagemaker.huggingface  # noqa: E402
 import sagemaker.pytorch  # noqa: E402
 
-from trcomp.config import TrainingCompilerConfig  # noqa: E402
+from trcomp.config import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY, TrainingCompilerConfig  # noqa: E402
 from trcomp.distribution import distribution_hyperparameters  # noqa: E402
-from trcomp.errors import CompilerConfigError  # noqa: E402
+from trcomp.errors import CompilerConfigError, UnsupportedJobError  # noqa: E402
 from trcomp.hyperparameters import check_limits  # noqa: E402
 from trcomp.images import (  # noqa: E402
     DEFAULT_FRAMEWORK_VERSION,
+    DEFAULT_PY_VERSION,
+    check_versions,
     device_for_instance,
     local_image_uri,
     remote_image_uri,
+    versions_from_image,
 )
 from trcomp.instances import DOCKER_LOCAL_MODES, PROCESS_MODE  # noqa: E402
 from trcomp.metrics import metric_definitions  # noqa: E402
@@ -37,7 +40,6 @@ __all__ = ["PROCESS_MODE", "Estimator", "HuggingFace", "PyTorch", "as_trcomp_con
 
 logger = logging.getLogger("trcomp")
 
-DEFAULT_PY_VERSION = "py311"
 DEFAULT_TRANSFORMERS_VERSION = "4.57"
 # Stands in for the default image during the SDK's constructor; the real URI is
 # resolved on first use, because it needs the caller's account (an STS call).
@@ -73,6 +75,8 @@ class _CompilerMixin:
     _trcomp_config: TrainingCompilerConfig | None
     _trcomp_image_is_default: bool
     _trcomp_image: str | None
+    # The framework of the SageMaker SDK's inference images (None: bring your own).
+    _trcomp_framework: str | None = None
 
     def _trcomp_prepare(
         self, compiler_config: Any, image_uri: str | None, kwargs: dict[str, Any]
@@ -135,9 +139,9 @@ class _CompilerMixin:
         session = self.sagemaker_session  # type: ignore[attr-defined]
         region = session.boto_region_name
         account = session.account_id()
-        framework = getattr(self, "framework_version", None) or DEFAULT_FRAMEWORK_VERSION
+        torch = check_versions(self._trcomp_torch_version(), None).torch
         device = device_for_instance(getattr(self, "instance_type", None))
-        resolved = remote_image_uri(region, account, framework, device)
+        resolved = remote_image_uri(region, account, torch, device)
         self.__dict__["_trcomp_image"] = resolved
         return resolved
 
@@ -145,11 +149,57 @@ class _CompilerMixin:
     def image_uri(self, value: str | None) -> None:
         self.__dict__["_trcomp_image"] = value
 
+    def _trcomp_torch_version(self) -> str | None:
+        """The torch version the job asks for (None: the default)."""
+        return getattr(self, "framework_version", None)
+
     def training_image_uri(self, region: str | None = None) -> str:
         """The image the job runs in (SageMaker calls this when it submits)."""
         image = self.image_uri
         assert image is not None
         return image
+
+    # -- models and attach -------------------------------------------------------------
+
+    def create_model(self, *args: Any, **kwargs: Any) -> Any:
+        """The SDK's model, served by the SDK's inference image, never trcomp's training image.
+
+        Without ``image_uri=`` the model gets the SageMaker inference image for the
+        estimator's framework and versions (resolved by the SDK at deploy time, for
+        the endpoint's instance type); when the SDK has none, an
+        :class:`~trcomp.errors.UnsupportedJobError` says which image to pass.
+        ``deploy()`` calls this first, so nothing is created before the check.
+        """
+        if kwargs.get("image_uri") is None:
+            from trcomp.serving import check_inference_image
+
+            image = self.__dict__.get("_trcomp_image")
+            shown = "trcomp's training image" if image == _DEFERRED_IMAGE else str(image)
+            check_inference_image(self, self._trcomp_framework, shown)
+            kwargs["image_uri"] = None
+        return super().create_model(*args, **kwargs)  # type: ignore[misc]
+
+    @classmethod
+    def _prepare_init_params_from_job_description(
+        cls, job_details: dict[str, Any], model_channel_name: str | None = None
+    ) -> dict[str, Any]:
+        """``attach()``: the SDK's parameters plus the job's compiler config and versions."""
+        params: dict[str, Any] = super()._prepare_init_params_from_job_description(  # type: ignore[misc]
+            job_details, model_channel_name
+        )
+        hyperparameters = params.get("hyperparameters") or {}
+        if any(key in hyperparameters for key in (ENABLED_KEY, DEBUG_KEY, CONFIG_KEY)):
+            params["compiler_config"] = TrainingCompilerConfig.from_hyperparameters(hyperparameters)
+            for key in (ENABLED_KEY, DEBUG_KEY, CONFIG_KEY):
+                hyperparameters.pop(key, None)
+        versions = versions_from_image(params.get("image_uri"))
+        if versions is not None:
+            cls._trcomp_attach_versions(params, versions.torch, versions.python)
+        return params
+
+    @classmethod
+    def _trcomp_attach_versions(cls, params: dict[str, Any], torch: str, python: str) -> None:
+        """Put the versions read from our image's tag where this class's constructor wants them."""
 
     # -- hyperparameters ----------------------------------------------------------
 
@@ -222,6 +272,8 @@ class PyTorch(_CompilerMixin, sagemaker.pytorch.PyTorch):  # type: ignore[misc]
         compiler_config: Any = None,
         **kwargs: Any,
     ) -> None:
+        if image_uri is None:
+            check_versions(framework_version, py_version)
         image = self._trcomp_prepare(compiler_config, image_uri, kwargs)
         super().__init__(
             entry_point=entry_point,
@@ -236,17 +288,27 @@ class PyTorch(_CompilerMixin, sagemaker.pytorch.PyTorch):  # type: ignore[misc]
         )
         self._trcomp_finish(distribution)
 
+    _trcomp_framework = "pytorch"
+
+    @classmethod
+    def _trcomp_attach_versions(cls, params: dict[str, Any], torch: str, python: str) -> None:
+        params.update(framework_version=torch, py_version=python)
+
 
 class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):  # type: ignore[misc]
     """``sagemaker.huggingface.HuggingFace`` with ``compiler_config=`` and trcomp's image.
 
-    Versions default to those in trcomp's image (PyTorch 2.9.0, py311).
+    As in the SDK, ``framework_version`` is the transformers version and
+    ``pytorch_version`` the torch version. Versions default to trcomp's image
+    (PyTorch 2.9.0, py311); transformers is not in that image, so list the
+    version the script needs in its requirements.txt (docs/migration.md).
+    ``tensorflow_version`` is refused: trcomp compiles PyTorch only.
     """
 
     def __init__(
         self,
         entry_point: str,
-        py_version: str = DEFAULT_PY_VERSION,
+        py_version: str | None = DEFAULT_PY_VERSION,
         transformers_version: str | None = DEFAULT_TRANSFORMERS_VERSION,
         pytorch_version: str | None = DEFAULT_FRAMEWORK_VERSION,
         source_dir: str | None = None,
@@ -254,14 +316,36 @@ class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):  # type: i
         image_uri: str | None = None,
         distribution: dict[str, Any] | None = None,
         compiler_config: Any = None,
+        tensorflow_version: str | None = None,
         **kwargs: Any,
     ) -> None:
-        image = self._trcomp_prepare(compiler_config, image_uri, kwargs)
+        config = as_trcomp_config(compiler_config)
+        if tensorflow_version is not None and (image_uri is None or (config and config.enabled)):
+            why = (
+                "its image has no TensorFlow"
+                if image_uri is None
+                else "compiler_config cannot compile TensorFlow"
+            )
+            raise UnsupportedJobError(
+                f"tensorflow_version={tensorflow_version!r}: trcomp compiles PyTorch only "
+                f"({why}), and the job would silently become a PyTorch job. "
+                "Pass pytorch_version= instead, or use sagemaker.huggingface.HuggingFace "
+                "without compiler_config for TensorFlow."
+            )
+        if image_uri is None:
+            if transformers_version is None:
+                raise UnsupportedJobError(
+                    "transformers_version is None: pass the transformers version the script "
+                    f"uses (default {DEFAULT_TRANSFORMERS_VERSION!r}), as the SageMaker SDK needs"
+                )
+            check_versions(pytorch_version, py_version, argument="pytorch_version")
+        image = self._trcomp_prepare(config, image_uri, kwargs)
         super().__init__(
             py_version=py_version,
             entry_point=entry_point,
             transformers_version=transformers_version,
             pytorch_version=pytorch_version,
+            tensorflow_version=tensorflow_version,
             source_dir=source_dir,
             hyperparameters=hyperparameters,
             image_uri=image,
@@ -269,8 +353,17 @@ class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):  # type: i
             compiler_config=None,
             **kwargs,
         )
-        self.framework_version = pytorch_version
         self._trcomp_finish(distribution)
+
+    _trcomp_framework = "huggingface"
+
+    def _trcomp_torch_version(self) -> str | None:
+        return getattr(self, "pytorch_version", None)
+
+    @classmethod
+    def _trcomp_attach_versions(cls, params: dict[str, Any], torch: str, python: str) -> None:
+        # transformers is not in our image, so its version is not in the tag: left None.
+        params.update(pytorch_version=torch, py_version=python)
 
 
 class Estimator(_CompilerMixin, sagemaker.estimator.Estimator):  # type: ignore[misc]

@@ -8,25 +8,83 @@ with ``trcomp image push``); local mode uses a local tag built by
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass
 from typing import Literal
 
 from trcomp._version import __version__
+from trcomp.errors import UnsupportedJobError
 
 __all__ = [
     "DEFAULT_FRAMEWORK_VERSION",
+    "DEFAULT_PY_VERSION",
+    "IMAGES",
     "LOCAL_IMAGE",
     "REPOSITORY",
     "Device",
+    "ImageVersions",
+    "check_versions",
     "device_for_instance",
     "ecr_image_uri",
     "local_image_uri",
     "remote_image_uri",
+    "versions_from_image",
 ]
 
 REPOSITORY = "trcomp-training"
 LOCAL_IMAGE = f"{REPOSITORY}:latest"
 DEFAULT_FRAMEWORK_VERSION = "2.9.0"
+DEFAULT_PY_VERSION = "py311"
 Device = Literal["gpu", "cpu"]
+
+
+@dataclass(frozen=True)
+class ImageVersions:
+    """One image trcomp builds: its torch version, Python version and devices."""
+
+    torch: str
+    python: str
+    devices: tuple[Device, ...] = ("gpu", "cpu")
+
+    def accepts(self, framework_version: str) -> bool:
+        """``2.9.0`` and its short form ``2.9``, as the SageMaker SDK accepts both."""
+        return framework_version in (self.torch, self.torch.rsplit(".", 1)[0])
+
+
+IMAGES: tuple[ImageVersions, ...] = (ImageVersions(DEFAULT_FRAMEWORK_VERSION, DEFAULT_PY_VERSION),)
+"""Every image trcomp builds (container/Dockerfile); the only versions a default image runs."""
+
+
+def _supported() -> str:
+    return ", ".join(f"torch {i.torch} with {i.python}" for i in IMAGES)
+
+
+def check_versions(
+    framework_version: str | None, py_version: str | None, *, argument: str = "framework_version"
+) -> ImageVersions:
+    """The image for these versions, or :class:`UnsupportedJobError` naming what exists.
+
+    ``None`` means "the default". Called only when the job uses trcomp's image: with
+    ``image_uri=`` the versions are the user's business. ``argument`` is the estimator
+    argument that holds the torch version (``pytorch_version`` for HuggingFace).
+    """
+    matches = [i for i in IMAGES if framework_version is None or i.accepts(framework_version)]
+    if not matches:
+        raise UnsupportedJobError(
+            f"{argument}={framework_version!r}: trcomp builds no image for that PyTorch "
+            f"version (it builds {_supported()}), so the job would fail to pull its image. "
+            f"The job will run on torch {IMAGES[0].torch}: pass {argument}="
+            f"{IMAGES[0].torch!r} (or leave it out) after checking your script works with it, "
+            "or pass image_uri= an image of your own."
+        )
+    found = [i for i in matches if py_version is None or i.python == py_version]
+    if not found:
+        raise UnsupportedJobError(
+            f"py_version={py_version!r}: trcomp builds no image for that Python version (it "
+            f"builds {_supported()}): pass py_version={matches[0].python!r} (or leave it out), "
+            "or pass image_uri= an image of your own."
+        )
+    return found[0]
 
 
 def device_for_instance(instance_type: str | None) -> Device:
@@ -72,6 +130,14 @@ def ecr_image_uri(
     return (
         f"{account}.dkr.ecr.{region}.{domain}/{REPOSITORY}:{image_tag(framework_version, device)}"
     )
+
+
+def versions_from_image(image_uri: str | None) -> ImageVersions | None:
+    """The versions of one of our images, read from its tag (``attach()`` needs them)."""
+    found = re.search(rf"/{REPOSITORY}:[^-/]+-torch([0-9.]+)-(gpu|cpu)$", image_uri or "")
+    if found is None:
+        return None
+    return next((i for i in IMAGES if i.torch == found.group(1)), None)
 
 
 def local_image_uri() -> str:

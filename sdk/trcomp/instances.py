@@ -8,10 +8,14 @@ from typing import Literal
 __all__ = [
     "DOCKER_LOCAL_MODES",
     "FAMILIES",
+    "GPUS",
+    "MIN_COMPUTE_CAPABILITY",
     "PROCESS_MODE",
+    "Gpu",
     "InstanceInfo",
     "InstanceKind",
     "describe_instance",
+    "supported_gpu_families",
 ]
 
 PROCESS_MODE = "local_process"
@@ -19,7 +23,7 @@ PROCESS_MODE = "local_process"
 DOCKER_LOCAL_MODES = ("local", "local_gpu")
 """The instance types of SageMaker's own local mode (Docker)."""
 
-InstanceKind = Literal["gpu", "cpu", "neuron", "local", "local_gpu", "unknown"]
+InstanceKind = Literal["gpu", "cpu", "neuron", "unusable_gpu", "local", "local_gpu", "unknown"]
 LOCAL_TYPES: dict[str, InstanceKind] = {
     "local": "local",
     "local_gpu": "local_gpu",
@@ -28,7 +32,8 @@ LOCAL_TYPES: dict[str, InstanceKind] = {
 }
 
 # family -> kind. NVIDIA GPU families pass; CPU families pass with a warning;
-# Neuron (Trainium, Inferentia) have their own compiler and are refused.
+# Neuron (Trainium, Inferentia) have their own compiler and are refused, and so
+# are the GPU families torch 2.9's CUDA build and triton cannot use (GPUS says why).
 # A family missing here is "unknown": a warning, never an error, so a new GPU
 # family works on the day it launches.
 FAMILIES: dict[str, InstanceKind] = {
@@ -57,7 +62,51 @@ FAMILIES: dict[str, InstanceKind] = {
         "cpu",
     ),
     **dict.fromkeys(["trn1", "trn1n", "trn2", "inf1", "inf2"], "neuron"),
+    **dict.fromkeys(["p2", "g3", "g3s", "g4ad"], "unusable_gpu"),
 }
+
+MIN_COMPUTE_CAPABILITY = (7, 0)
+"""Oldest NVIDIA compute capability torch 2.9's CUDA 12.8 build and triton support."""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """The GPU of an instance family: vendor, model and (NVIDIA) compute capability."""
+
+    vendor: Literal["nvidia", "amd"]
+    model: str
+    compute_capability: tuple[int, int] | None = None
+
+    @property
+    def usable(self) -> bool:
+        """True when torch 2.9's CUDA build and inductor's triton can run on it."""
+        cc = self.compute_capability
+        return self.vendor == "nvidia" and cc is not None and cc >= MIN_COMPUTE_CAPABILITY
+
+
+GPUS: dict[str, Gpu] = {
+    "p2": Gpu("nvidia", "K80", (3, 7)),
+    "g3": Gpu("nvidia", "M60", (5, 2)),
+    "g3s": Gpu("nvidia", "M60", (5, 2)),
+    "g4ad": Gpu("amd", "Radeon Pro V520"),
+    "p3": Gpu("nvidia", "V100", (7, 0)),
+    "p3dn": Gpu("nvidia", "V100", (7, 0)),
+    "g4dn": Gpu("nvidia", "T4", (7, 5)),
+    "g5": Gpu("nvidia", "A10G", (8, 6)),
+    "g6": Gpu("nvidia", "L4", (8, 9)),
+    "g6e": Gpu("nvidia", "L40S", (8, 9)),
+    "p4d": Gpu("nvidia", "A100", (8, 0)),
+    "p4de": Gpu("nvidia", "A100", (8, 0)),
+    "p5": Gpu("nvidia", "H100", (9, 0)),
+    "p5e": Gpu("nvidia", "H200", (9, 0)),
+    "p5en": Gpu("nvidia", "H200", (9, 0)),
+}
+"""What GPU each GPU family has; every family here is in FAMILIES."""
+
+
+def supported_gpu_families() -> list[str]:
+    """The GPU families jobs run on without a warning, as in FAMILIES."""
+    return [family for family, kind in FAMILIES.items() if kind == "gpu"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +121,11 @@ class InstanceInfo:
     def has_nvidia_gpu(self) -> bool:
         """True for NVIDIA GPU families and ``local_gpu``."""
         return self.kind in ("gpu", "local_gpu")
+
+    @property
+    def gpu(self) -> Gpu | None:
+        """The family's GPU, when GPUS knows it."""
+        return GPUS.get(self.family)
 
 
 def describe_instance(instance_type: str) -> InstanceInfo:

@@ -155,7 +155,10 @@ def _credential_values(session: Any) -> list[str]:
     if credentials is None:
         return []
     frozen = credentials.get_frozen_credentials()
-    return [v for v in (frozen.access_key, frozen.secret_key, frozen.token) if v and len(v) >= 8]
+    # Custom credential providers and test doubles may hold other objects than str:
+    # only text can be found in (and leak through) hyperparameters and environment.
+    values = (frozen.access_key, frozen.secret_key, frozen.token)
+    return [v for v in values if isinstance(v, str) and len(v) >= 8]
 
 
 def check_no_credentials(

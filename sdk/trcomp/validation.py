@@ -87,6 +87,8 @@ def _check_instance(
             "compiler (the Neuron SDK); trcomp compiles for NVIDIA GPUs: choose a GPU instance "
             "such as ml.g5.2xlarge, or drop compiler_config and use the Neuron containers"
         )
+    if info.kind == "unusable_gpu":
+        raise UnsupportedJobError(_unusable_gpu_reason(info))
     if info.kind == "cpu":
         _warn(
             f"{info.instance_type} is a CPU instance: compilers rarely speed up CPU training. "
@@ -113,6 +115,29 @@ def _check_instance(
             "works if that image has a CUDA-enabled torch-xla; otherwise the job fails at start.",
             issued,
         )
+
+
+def _unusable_gpu_reason(info: Any) -> str:
+    from trcomp.instances import MIN_COMPUTE_CAPABILITY
+
+    gpu = info.gpu
+    if gpu is not None and gpu.vendor == "amd":
+        why = (
+            f"has AMD {gpu.model} GPUs; trcomp's image has torch 2.9's CUDA build, which "
+            "only drives NVIDIA GPUs"
+        )
+    else:
+        model = f"NVIDIA {gpu.model}" if gpu is not None else "NVIDIA"
+        cc = ".".join(map(str, gpu.compute_capability)) if gpu and gpu.compute_capability else "?"
+        need = ".".join(map(str, MIN_COMPUTE_CAPABILITY))
+        why = (
+            f"has {model} GPUs (compute capability {cc}); torch 2.9's CUDA build and triton, "
+            f"which inductor compiles with, need compute capability {need} or newer"
+        )
+    return (
+        f"{info.instance_type} {why}, so the compiled job cannot run there. Choose an NVIDIA "
+        "instance of compute capability 7.0+ such as ml.g4dn.xlarge or ml.g5.2xlarge."
+    )
 
 
 def _check_distribution(config: TrainingCompilerConfig, distribution: Any) -> None:

@@ -103,7 +103,8 @@ def test_huggingface_estimator(offline_session, role) -> None:
     )
     hps = est.hyperparameters()
     assert hps[DEBUG_KEY] == "true"
-    assert est.framework_version == "2.9.0"
+    # As in the SDK: framework_version is the transformers version.
+    assert (est.framework_version, est.pytorch_version) == ("4.57", "2.9.0")
 
 
 def test_bring_your_own_image_estimator(offline_session, role) -> None:
