@@ -341,7 +341,7 @@ class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):  # type: i
             check_versions(pytorch_version, py_version, argument="pytorch_version")
         image = self._trcomp_prepare(config, image_uri, kwargs)
         super().__init__(
-            py_version=py_version,
+            py_version=py_version,  # type: ignore[arg-type]  # None on attach(), as in the SDK
             entry_point=entry_point,
             transformers_version=transformers_version,
             pytorch_version=pytorch_version,

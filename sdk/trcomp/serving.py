@@ -87,7 +87,7 @@ def check_inference_image(estimator: Any, framework: str | None, training_image:
         reason = str(exc).split(". ", 1)[0]
         raise UnsupportedJobError(
             f"{type(estimator).__name__}.create_model(): the job's image ({training_image}) "
-            f"trains and cannot serve, and the SageMaker SDK {sagemaker.__version__} has no {framework} "
-            f"inference image for {described}, py_version={estimator.py_version!r} "
+            f"trains and cannot serve, and the SageMaker SDK {sagemaker.__version__} has no "
+            f"{framework} inference image for {described}, py_version={estimator.py_version!r} "
             f"({reason}). {_HOW}"
         ) from None
