@@ -29,8 +29,11 @@ from conftest_remote import (
     aws_error_server,
     moto_server,
 )
+from sagemaker import image_uris
+from sagemaker.huggingface import HuggingFaceModel
 
 import trcomp
+from trcomp.errors import UnsupportedJobError
 from trcomp.images import image_tag
 from trcomp.metrics import metric_definitions
 from trcomp.remote import CredentialLeakError, default_checkpoint_uri, remote_session
@@ -376,3 +379,138 @@ def test_sagemaker_refusals_surface_with_context(
     note = "\n".join(getattr(error, "__notes__", []))
     assert f"CreateTrainingJob failed with {code}" in note and hint in note
     assert "role/missing" in note and "ml.p5.48xlarge" in note
+
+
+# -- models and attach (issue 11): never the training image, the job's own versions ------
+
+
+# moto's endpoint instance types stop at g4dn.
+ENDPOINT_INSTANCE = "ml.g4dn.xlarge"
+
+
+def _finished_job(estimator: Any) -> str:
+    """Submit ``estimator`` and put a model.tar.gz where the job's artifacts would be."""
+    estimator.fit({"train": TRAIN_URI}, wait=False)
+    name = str(estimator.latest_training_job.name)
+    bucket, key = _describe(name)["ModelArtifacts"]["S3ModelArtifacts"][5:].split("/", 1)
+    model = io.BytesIO()
+    with tarfile.open(fileobj=model, mode="w:gz") as tar:
+        tar.addfile(tarfile.TarInfo("model.pt"), io.BytesIO(b""))
+    boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=model.getvalue())
+    return name
+
+
+def _models(moto: MotoServer) -> list[dict[str, Any]]:
+    return moto.json_requests("CreateModel")
+
+
+def test_deploy_refuses_the_training_image_before_creating_anything(
+    moto: MotoServer, role: str, source_dir: Path
+) -> None:
+    estimator = _estimator(source_dir, role, compiler_config=trcomp.TrainingCompilerConfig())
+    _finished_job(estimator)
+    models = len(_models(moto))
+    with pytest.raises(UnsupportedJobError) as info:
+        estimator.deploy(initial_instance_count=1, instance_type=ENDPOINT_INSTANCE, wait=False)
+    message = str(info.value)
+    assert "trains and cannot serve" in message and "framework_version='2.9.0'" in message
+    assert "deploy(..., image_uri=...)" in message
+    assert "trcomp-deferred" not in message
+    assert len(_models(moto)) == models
+    assert moto.json_requests("CreateEndpointConfig") == []
+
+
+def test_deploy_with_an_inference_image(moto: MotoServer, role: str, source_dir: Path) -> None:
+    inference = image_uris.retrieve(
+        "pytorch",
+        REGION,
+        version="2.6.0",
+        py_version="py312",
+        instance_type=ENDPOINT_INSTANCE,
+        image_scope="inference",
+    )
+    estimator = _estimator(source_dir, role, compiler_config=trcomp.TrainingCompilerConfig())
+    _finished_job(estimator)
+    estimator.deploy(
+        initial_instance_count=1, instance_type=ENDPOINT_INSTANCE, image_uri=inference, wait=False
+    )
+    assert _models(moto)[-1]["PrimaryContainer"]["Image"] == inference
+
+
+def test_model_gets_the_sdks_inference_image_for_its_versions(
+    moto: MotoServer, role: str, source_dir: Path
+) -> None:
+    # A job on the user's own training image, of a torch version the SDK can serve:
+    # the model gets the SDK's inference image for the endpoint, not the training image.
+    estimator = _estimator(
+        source_dir,
+        role,
+        image_uri=f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/my-train:2.6",
+        framework_version="2.6.0",
+        py_version="py312",
+        compiler_config=trcomp.TrainingCompilerConfig(),
+    )
+    _finished_job(estimator)
+    model = estimator.create_model()
+    assert model.image_uri is None  # resolved per endpoint instance type, as the SDK does
+    estimator.deploy(initial_instance_count=1, instance_type=ENDPOINT_INSTANCE, wait=False)
+    expected = image_uris.retrieve(
+        "pytorch",
+        REGION,
+        version="2.6.0",
+        py_version="py312",
+        instance_type=ENDPOINT_INSTANCE,
+        image_scope="inference",
+    )
+    assert _models(moto)[-1]["PrimaryContainer"]["Image"] == expected
+
+
+def test_huggingface_model_gets_the_transformers_version(
+    moto: MotoServer, role: str, source_dir: Path
+) -> None:
+    versions = {"transformers_version": "4.49.0", "pytorch_version": "2.6.0", "py_version": "py312"}
+    estimator = _estimator(
+        source_dir,
+        role,
+        estimator_class=trcomp.HuggingFace,
+        image_uri=f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/my-hf-train:1",
+        compiler_config=trcomp.TrainingCompilerConfig(),
+        **versions,
+    )
+    _finished_job(estimator)
+    model = estimator.create_model()
+    assert (model.framework_version, model.pytorch_version) == ("4.49.0", "2.6.0")
+    expected = HuggingFaceModel(
+        role=role,
+        model_data="s3://b/m.tar.gz",
+        sagemaker_session=estimator.sagemaker_session,
+        **versions,
+    ).serving_image_uri(REGION, ENDPOINT_INSTANCE)
+    assert model.serving_image_uri(REGION, ENDPOINT_INSTANCE) == expected
+
+
+@pytest.mark.parametrize("estimator_class", [trcomp.PyTorch, trcomp.HuggingFace])
+def test_attach_gets_the_jobs_config_and_versions(
+    moto: MotoServer, role: str, source_dir: Path, estimator_class: Any
+) -> None:
+    config = trcomp.TrainingCompilerConfig(debug=True, mode="max-autotune")
+    # output_kms_key: the SDK's attach() reads KmsKeyId, which moto only returns when set.
+    estimator = _estimator(
+        source_dir,
+        role,
+        estimator_class=estimator_class,
+        compiler_config=config,
+        output_kms_key="alias/trcomp-test",
+    )
+    name = _finished_job(estimator)
+    attached = estimator_class.attach(name)
+    assert attached.compiler_config == config
+    assert attached.py_version == "py311"
+    assert attached.training_image_uri() == estimator.training_image_uri()
+    hps = attached.hyperparameters()
+    assert {k: hps[k] for k in config.to_hyperparameters()} == config.to_hyperparameters()
+    if estimator_class is trcomp.HuggingFace:
+        # transformers is not in trcomp's image, so its version is not in the tag.
+        assert (attached.pytorch_version, attached.framework_version) == ("2.9.0", None)
+    else:
+        assert attached.framework_version == "2.9.0"
