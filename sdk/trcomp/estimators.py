@@ -27,6 +27,7 @@ from trcomp.hyperparameters import check_limits  # noqa: E402
 from trcomp.images import (  # noqa: E402
     DEFAULT_FRAMEWORK_VERSION,
     DEFAULT_PY_VERSION,
+    DEFERRED_IMAGE,
     check_versions,
     device_for_instance,
     local_image_uri,
@@ -41,9 +42,6 @@ __all__ = ["PROCESS_MODE", "Estimator", "HuggingFace", "PyTorch", "as_trcomp_con
 logger = logging.getLogger("trcomp")
 
 DEFAULT_TRANSFORMERS_VERSION = "4.57"
-# Stands in for the default image during the SDK's constructor; the real URI is
-# resolved on first use, because it needs the caller's account (an STS call).
-_DEFERRED_IMAGE = "trcomp-deferred-default-image"
 
 
 def as_trcomp_config(config: Any) -> TrainingCompilerConfig | None:
@@ -114,7 +112,7 @@ class _CompilerMixin:
             return image_uri
         if instance_type in (*DOCKER_LOCAL_MODES, PROCESS_MODE):
             return local_image_uri()
-        return _DEFERRED_IMAGE
+        return DEFERRED_IMAGE
 
     def _trcomp_finish(self, distribution: dict[str, Any] | None) -> None:
         """Validate once the SageMaker constructor has set every attribute."""
@@ -134,7 +132,7 @@ class _CompilerMixin:
     def image_uri(self) -> str | None:
         """The job's image: the one passed in, else trcomp's (resolved on first use)."""
         image = self.__dict__.get("_trcomp_image")
-        if image != _DEFERRED_IMAGE:
+        if image != DEFERRED_IMAGE:
             return image
         session = self.sagemaker_session  # type: ignore[attr-defined]
         region = session.boto_region_name
@@ -174,7 +172,7 @@ class _CompilerMixin:
             from trcomp.serving import check_inference_image
 
             image = self.__dict__.get("_trcomp_image")
-            shown = "trcomp's training image" if image == _DEFERRED_IMAGE else str(image)
+            shown = "trcomp's training image" if image == DEFERRED_IMAGE else str(image)
             check_inference_image(self, self._trcomp_framework, shown)
             kwargs["image_uri"] = None
         return super().create_model(*args, **kwargs)  # type: ignore[misc]

@@ -18,6 +18,7 @@ from trcomp.errors import UnsupportedJobError
 __all__ = [
     "DEFAULT_FRAMEWORK_VERSION",
     "DEFAULT_PY_VERSION",
+    "DEFERRED_IMAGE",
     "IMAGES",
     "LOCAL_IMAGE",
     "REPOSITORY",
@@ -35,6 +36,9 @@ REPOSITORY = "trcomp-training"
 LOCAL_IMAGE = f"{REPOSITORY}:latest"
 DEFAULT_FRAMEWORK_VERSION = "2.9.0"
 DEFAULT_PY_VERSION = "py311"
+DEFERRED_IMAGE = "trcomp-deferred-default-image"
+"""Stands in for the default image inside an estimator until its URI is resolved
+(that needs the caller's account, an STS call); never shown to users."""
 Device = Literal["gpu", "cpu"]
 
 

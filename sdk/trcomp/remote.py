@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 
 from trcomp.checkpoints import export_checkpoint_path
 from trcomp.errors import TrcompError
+from trcomp.images import DEFERRED_IMAGE
 from trcomp.session import quiet_sagemaker
 
 quiet_sagemaker()
@@ -273,10 +274,12 @@ def describe_job(estimator: Any) -> str:
     session = getattr(estimator, "sagemaker_session", None)
     region = getattr(session, "boto_region_name", None) or "?"
     count = getattr(estimator, "instance_count", None) or 1
+    image = estimator.__dict__.get("_trcomp_image")
+    if not image or image == DEFERRED_IMAGE:
+        image = "trcomp's (not resolved yet)"
     return (
         f"{type(estimator).__name__} job on {count} x {getattr(estimator, 'instance_type', '?')} "
-        f"in {region}, role {getattr(estimator, 'role', '?')}, "
-        f"image {estimator.__dict__.get('_trcomp_image') or '(not resolved yet)'}"
+        f"in {region}, role {getattr(estimator, 'role', '?')}, image {image}"
     )
 
 
