@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 
-.PHONY: install demo test lint image base-image docker-engine test-container bench docs clean
+.PHONY: install demo test test-sdk-lowest lint image base-image docker-engine test-container bench docs clean
 
 install: $(VENV)/.installed
 
@@ -21,6 +21,19 @@ demo: install
 
 test: install
 	$(PY) -m pytest
+
+# The SDK tests on the lowest SageMaker SDK v2 that pyproject allows; `make test`
+# runs them on the newest (what `make install` resolves). Only the sagemaker wheel
+# is swapped: it goes first on PYTHONPATH, its dependencies stay the venv's.
+SAGEMAKER_LOWEST := $(shell sed -n 's/.*"sagemaker>=\([0-9.]*\),<3".*/\1/p' pyproject.toml)
+SDK_LOWEST_DIR := build/sagemaker-$(SAGEMAKER_LOWEST)
+test-sdk-lowest: install
+	test -d $(SDK_LOWEST_DIR)/sagemaker || $(PY) -m pip install -q --no-deps \
+		--target $(SDK_LOWEST_DIR) "sagemaker==$(SAGEMAKER_LOWEST)"
+	PYTHONPATH=$(SDK_LOWEST_DIR) $(PY) -c \
+		"import sagemaker; from packaging.version import Version as V; \
+		assert V(sagemaker.__version__) == V('$(SAGEMAKER_LOWEST)'), sagemaker.__file__"
+	PYTHONPATH=$(SDK_LOWEST_DIR) $(PY) -m pytest tests/sdk -m "not container and not slow"
 
 lint: install
 	$(VENV)/bin/ruff check sdk container tests docs

@@ -386,6 +386,8 @@ def test_sagemaker_refusals_surface_with_context(
 
 # moto's endpoint instance types stop at g4dn.
 ENDPOINT_INSTANCE = "ml.g4dn.xlarge"
+# Versions with inference images in every SageMaker SDK v2 that pyproject allows.
+SERVED = {"transformers_version": "4.37.0", "pytorch_version": "2.1.0", "py_version": "py310"}
 
 
 def _finished_job(estimator: Any) -> str:
@@ -424,8 +426,8 @@ def test_deploy_with_an_inference_image(moto: MotoServer, role: str, source_dir:
     inference = image_uris.retrieve(
         "pytorch",
         REGION,
-        version="2.6.0",
-        py_version="py312",
+        version=SERVED["pytorch_version"],
+        py_version=SERVED["py_version"],
         instance_type=ENDPOINT_INSTANCE,
         image_scope="inference",
     )
@@ -445,9 +447,9 @@ def test_model_gets_the_sdks_inference_image_for_its_versions(
     estimator = _estimator(
         source_dir,
         role,
-        image_uri=f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/my-train:2.6",
-        framework_version="2.6.0",
-        py_version="py312",
+        image_uri=f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/my-train:2.1",
+        framework_version=SERVED["pytorch_version"],
+        py_version=SERVED["py_version"],
         compiler_config=trcomp.TrainingCompilerConfig(),
     )
     _finished_job(estimator)
@@ -457,8 +459,8 @@ def test_model_gets_the_sdks_inference_image_for_its_versions(
     expected = image_uris.retrieve(
         "pytorch",
         REGION,
-        version="2.6.0",
-        py_version="py312",
+        version=SERVED["pytorch_version"],
+        py_version=SERVED["py_version"],
         instance_type=ENDPOINT_INSTANCE,
         image_scope="inference",
     )
@@ -468,23 +470,25 @@ def test_model_gets_the_sdks_inference_image_for_its_versions(
 def test_huggingface_model_gets_the_transformers_version(
     moto: MotoServer, role: str, source_dir: Path
 ) -> None:
-    versions = {"transformers_version": "4.49.0", "pytorch_version": "2.6.0", "py_version": "py312"}
     estimator = _estimator(
         source_dir,
         role,
         estimator_class=trcomp.HuggingFace,
         image_uri=f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/my-hf-train:1",
         compiler_config=trcomp.TrainingCompilerConfig(),
-        **versions,
+        **SERVED,
     )
     _finished_job(estimator)
     model = estimator.create_model()
-    assert (model.framework_version, model.pytorch_version) == ("4.49.0", "2.6.0")
+    assert (model.framework_version, model.pytorch_version) == (
+        SERVED["transformers_version"],
+        SERVED["pytorch_version"],
+    )
     expected = HuggingFaceModel(
         role=role,
         model_data="s3://b/m.tar.gz",
         sagemaker_session=estimator.sagemaker_session,
-        **versions,
+        **SERVED,
     ).serving_image_uri(REGION, ENDPOINT_INSTANCE)
     assert model.serving_image_uri(REGION, ENDPOINT_INSTANCE) == expected
 
