@@ -93,17 +93,12 @@ class RemoteSession(sagemaker.Session):
 
     def default_bucket(self) -> str:
         """``sagemaker-{region}-{account}`` (created if missing) unless a bucket was configured."""
-        if self._default_bucket:
-            return str(self._default_bucket)
-        generated = not self._default_bucket_name_override
-        if generated:
-            self._default_bucket_name_override = (
-                f"sagemaker-{self.boto_region_name}-{self.account_id()}"
-            )
-        bucket = str(super().default_bucket())
-        # As the SDK does for the bucket it names: uploads then check the bucket's owner.
-        self._default_bucket_set_by_sdk = generated
-        return bucket
+        from trcomp._sdk_compat import default_bucket
+
+        def generated() -> str:
+            return f"sagemaker-{self.boto_region_name}-{self.account_id()}"
+
+        return default_bucket(self, generated)
 
 
 def remote_session(boto_session: Any = None, **kwargs: Any) -> RemoteSession:

@@ -48,32 +48,11 @@ def local_session(region: str | None = None) -> LocalSession:
     import boto3
     from sagemaker.local import LocalSession
 
+    from trcomp._sdk_compat import validate_config_once
+
     boto_session = boto3.Session(region_name=region or offline_region())
     session = LocalSession(boto_session=boto_session)
-    _validate_opt_out_once()
+    validate_config_once(TELEMETRY_OPT_OUT)
     session.sagemaker_config = TELEMETRY_OPT_OUT
     session.config = {"local": {"local_code": True}}
     return session
-
-
-def _validate_opt_out_once() -> None:
-    """Validate our opt-out config once instead of on every SDK lookup.
-
-    The SDK re-validates a session's config against its whole JSON schema on every
-    config lookup (about a second each here, a dozen lookups per estimator). Our
-    config is a constant: validate it for real once, then let that object through.
-    Any other config is still validated by the SDK as before.
-    """
-    import sagemaker.utils
-
-    current = sagemaker.utils.validate_sagemaker_config
-    if getattr(current, "trcomp_fast_path", False):
-        return
-    current(TELEMETRY_OPT_OUT)
-
-    def validate(sagemaker_config: dict[str, Any] | None = None) -> None:
-        if sagemaker_config is not TELEMETRY_OPT_OUT:
-            current(sagemaker_config)  # type: ignore[arg-type]
-
-    validate.trcomp_fast_path = True  # type: ignore[attr-defined]
-    sagemaker.utils.validate_sagemaker_config = validate

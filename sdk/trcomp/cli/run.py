@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trcomp._sdk_compat import current_job_name
 from trcomp.errors import TrcompError
 from trcomp.instances import DOCKER_LOCAL_MODES, PROCESS_MODE
 
@@ -189,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     wait = local or not args.no_wait  # local jobs always run to the end
     estimator.fit(spec.inputs, wait=wait, job_name=args.job_name)
     job = getattr(estimator, "latest_training_job", None)
-    name = getattr(job, "name", None) or getattr(estimator, "_current_job_name", None)
+    name = getattr(job, "name", None) or current_job_name(estimator)
     if local:
         print(f"trcomp run: job {name} finished ({args.instance_type})")
     elif wait:

@@ -8,9 +8,9 @@ For a ``file://`` URI, :func:`checkpoint_mount` bind-mounts that directory at
 the checkpoint path of every container of the job, as process mode links it:
 a second job starts from the first one's checkpoints and warm compile caches.
 
-The SDK builds each container's volume list in a private method,
-``_SageMakerContainer._prepare_training_volumes``; the mount is added there,
-and the two settings are hidden from the SDK, for the duration of one ``fit()``.
+The SDK has no public way to add a volume; :func:`trcomp._sdk_compat.extra_training_volume`
+adds the mount, and the two settings are hidden from the SDK, for the duration
+of one ``fit()``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from trcomp._sdk_compat import extra_training_volume
 from trcomp.checkpoints import export_checkpoint_path
 from trcomp.errors import LocalModeError
 from trcomp.local import local_path
@@ -72,33 +73,11 @@ def checkpoint_mount(estimator: Any) -> Iterator[Path | None]:
             f"inside the container (the default is {DEFAULT_CHECKPOINT_PATH})"
         )
     host_dir.mkdir(parents=True, exist_ok=True)
-    image = _sdk_image_module()
     export_checkpoint_path(estimator)  # before the SDK stops seeing checkpoint_local_path
-    original = image._SageMakerContainer._prepare_training_volumes
-
-    def with_checkpoints(self: Any, *args: Any, **kwargs: Any) -> list[Any]:
-        volumes = list(original(self, *args, **kwargs))
-        volumes.append(image._Volume(str(host_dir), container_path))
-        return volumes
-
-    image._SageMakerContainer._prepare_training_volumes = with_checkpoints
-    estimator.checkpoint_s3_uri = estimator.checkpoint_local_path = None
-    logger.info("checkpoints: %s mounted at %s", host_dir, container_path)
-    try:
-        yield host_dir
-    finally:
-        image._SageMakerContainer._prepare_training_volumes = original
-        estimator.checkpoint_s3_uri, estimator.checkpoint_local_path = uri, local_path
-
-
-def _sdk_image_module() -> Any:
-    from sagemaker.local import image
-
-    container = getattr(image, "_SageMakerContainer", None)
-    if not hasattr(container, "_prepare_training_volumes") or not hasattr(image, "_Volume"):
-        raise LocalModeError(
-            "this SageMaker SDK's local mode has no _SageMakerContainer._prepare_training_"
-            "volumes, so trcomp cannot mount checkpoint_s3_uri: install sagemaker>=2.230,<3 "
-            "or leave checkpoint_s3_uri unset in Docker local mode"
-        )
-    return image
+    with extra_training_volume(str(host_dir), container_path):
+        estimator.checkpoint_s3_uri = estimator.checkpoint_local_path = None
+        logger.info("checkpoints: %s mounted at %s", host_dir, container_path)
+        try:
+            yield host_dir
+        finally:
+            estimator.checkpoint_s3_uri, estimator.checkpoint_local_path = uri, local_path

@@ -45,6 +45,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from trcomp._sdk_compat import current_job_name
 from trcomp.errors import LocalModeError
 from trcomp.local import local_path
 from trcomp.local.checkpoints import checkpoint_mount
@@ -116,7 +117,7 @@ class _Tail(io.TextIOBase):
 def _job_failed(
     exc: RuntimeError, estimator: Any, scratch: Path, since: float, tail: _Tail
 ) -> LocalModeError:
-    name = getattr(estimator, "_current_job_name", None) or "local training job"
+    name = current_job_name(estimator) or "local training job"
     code = re.search(r"exited with code:? (\d+)", str(exc))
     tars = _output_tars(estimator, scratch, since)
     reason = next((r for r in map(failure_reason, tars) if r), None)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trcomp._sdk_compat import new_job_name, set_current_job_name
 from trcomp.errors import LocalModeError
 from trcomp.local import local_path
 
@@ -124,7 +125,7 @@ def plan_process_job(
         raise LocalModeError(
             f"entry point {str(script)!r} does not exist: check entry_point= and source_dir="
         )
-    name = job_name or estimator._get_or_create_name()
+    name = job_name or new_job_name(estimator)
     base_dir = Path(tempfile.mkdtemp(prefix=f"trcomp-{name[:40]}-"))
     output_path = getattr(estimator, "output_path", None)
     output_dir = (
@@ -180,7 +181,7 @@ def run_process_job(
     lay_out_tree(job.base_dir, **tree)
     if job.checkpoint_dir is not None:
         _link_checkpoints(job)
-    estimator._current_job_name = job.name
+    set_current_job_name(estimator, job.name)
     print(f"[trcomp] process mode: job {job.name} in {job.base_dir}", flush=True)
     started = time.monotonic()
     job.exit_code = _run(job.command, job.env, quiet=logs in (None, "None", False))
