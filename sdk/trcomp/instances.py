@@ -66,7 +66,8 @@ FAMILIES: dict[str, InstanceKind] = {
 }
 
 MIN_COMPUTE_CAPABILITY = (7, 0)
-"""Oldest NVIDIA compute capability torch 2.9's CUDA 12.8 build and triton support."""
+"""Oldest NVIDIA compute capability trcomp's image can compile for: torch 2.9.0+cu128 is
+built for sm_70 to sm_120, and inductor's triton refuses anything older than 7.0."""
 
 
 @dataclass(frozen=True)
