@@ -97,6 +97,8 @@ def device_for_instance(instance_type: str | None) -> Device:
 
     if not instance_type:
         return "cpu"
+    if not isinstance(instance_type, str):  # a pipeline variable: GPU jobs are the norm
+        return "gpu"
     info = describe_instance(instance_type)
     # Unknown families are most often new GPU families: give them the GPU image.
     return "gpu" if info.has_nvidia_gpu or info.kind == "unknown" else "cpu"

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trcomp.errors import CompilerConfigWarning, UnsupportedJobError
-from trcomp.instances import describe_instance
+from trcomp.instances import describe_instance, supported_gpu_families
 
 if TYPE_CHECKING:
     from trcomp.config import TrainingCompilerConfig
@@ -70,7 +70,14 @@ def validate_job(config: TrainingCompilerConfig, estimator: Any) -> list[str]:
             f"heterogeneous instance_groups ({', '.join(sorted(set(types)))}) are not supported "
             "with the training compiler: use one instance type for the whole job"
         )
-    info = describe_instance(types[0]) if types else None
+    info = describe_instance(types[0]) if types and isinstance(types[0], str) else None
+    if types and info is None:  # a SageMaker Pipelines variable, known only when it runs
+        _warn(
+            f"instance_type is a pipeline variable ({type(types[0]).__name__}), so trcomp "
+            "cannot check it now: give it an NVIDIA GPU instance of compute capability 7.0+ "
+            f"({', '.join(supported_gpu_families())} families) when the pipeline runs.",
+            issued,
+        )
     if info is not None:
         _check_instance(config, estimator, info, issued)
     _check_distribution(config, getattr(estimator, "distribution", None))

@@ -139,6 +139,23 @@ def test_validate_differs_on_purpose(offline_session, role, instance_type) -> No
     assert _outcome(TrainingCompilerConfig.validate, estimator) == "accepted"
 
 
+def test_pipeline_variable_instance_type_warns_as_aws_does(offline_session, role, monkeypatch):
+    from sagemaker.workflow.parameters import ParameterString
+
+    instance_type = ParameterString(name="TrainingInstance", default_value="ml.g5.xlarge")
+    sdk = _sdk_estimator(offline_session, role, instance_type)
+    assert _outcome(AwsConfig.validate, sdk) == "accepted"
+    with pytest.warns(CompilerConfigWarning, match="pipeline variable.*when the pipeline runs"):
+        ours = _pytorch(
+            offline_session,
+            role,
+            instance_type=instance_type,
+            compiler_config=TrainingCompilerConfig(),
+        )
+    monkeypatch.setattr(offline_session, "account_id", lambda: "111122223333")
+    assert ours.training_image_uri().endswith(image_tag("2.9.0", "gpu"))
+
+
 def test_validate_uses_the_estimators_config(offline_session, role) -> None:
     estimator = _pytorch(
         offline_session,
