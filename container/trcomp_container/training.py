@@ -25,6 +25,7 @@ from typing import Any
 
 from trcomp.config import TrainingCompilerConfig
 from trcomp.errors import CompilerConfigError
+from trcomp.proctree import grace_s
 from trcomp_container import summary as summary_module
 from trcomp_container.backends import ConcreteBackend, resolve_backend
 from trcomp_container.devices import Devices, detect_devices
@@ -42,7 +43,6 @@ from trcomp_container.launch import (
     LaunchPlan,
     build_command,
     distribution_of,
-    grace_period_s,
     nproc_per_node,
 )
 from trcomp_container.probe import run_probe
@@ -161,7 +161,7 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     report.facts.update(command=command, nproc_per_node=nproc, hosts=job.hosts)
     wait_for_hosts(job.hosts)
     print(f"[trcomp] backend={backend or 'eager'} devices={devices} command={command}", flush=True)
-    result = run(plan, grace_period_s(job.environ))
+    result = run(plan, grace_s(job.environ))
     return _outcome(result, metrics_dir, backend, torchrun=distribution != "none")
 
 
