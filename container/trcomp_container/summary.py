@@ -113,6 +113,7 @@ def build_summary(
                 "steps": record.get("steps", 0),
                 **metrics,
                 "graph_break_reasons": compile_info.get("graph_break_reasons", {}),
+                "compile_cache": compile_info.get("cache"),
                 "xla": record.get("xla"),
                 "error": record.get("error"),
             }

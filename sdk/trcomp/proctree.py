@@ -141,8 +141,8 @@ class StopOnSignals:
 
     def __init__(
         self,
-        stop: Callable[[int], None],
-        kill: Callable[[], None],
+        stop: Callable[[int], object],
+        kill: Callable[[], object],
         *,
         what: str,
         grace: float,
