@@ -47,7 +47,7 @@ def test_malformed_input_names_the_field(mapping: Any, named: str) -> None:
     ],
 )
 def test_patterns_match_whole_strings(body: dict[str, Any]) -> None:
-    with pytest.raises(CompilerConfigError, match="xla_flags|inductor_options"):
+    with pytest.raises(CompilerConfigError, match=r"xla_flags|inductor_options"):
         TrainingCompilerConfig.from_hyperparameters({CONFIG_KEY: body})
     with pytest.raises(CompilerConfigError):
         TrainingCompilerConfig(**body)
