@@ -10,6 +10,7 @@ import sys
 import tarfile
 import textwrap
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -51,14 +52,27 @@ def _artifacts(estimator: Any) -> Path:
     return model.parent
 
 
-def _no_job_containers() -> list[str]:
-    out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={JOB_LABEL}"],
+def _job_containers(job_name: str, running: bool = False) -> list[str]:
+    """This job's containers (found by its name in their environment).
+
+    Other jobs may run on a shared engine at the same time: never count theirs.
+    """
+    listed = subprocess.run(
+        ["docker", "ps", *([] if running else ["-a"]), "-q", "--filter", f"label={JOB_LABEL}"],
         capture_output=True,
         text=True,
         check=True,
-    )
-    return out.stdout.split()
+    ).stdout.split()
+    if not listed:
+        return []
+    described = subprocess.run(
+        ["docker", "inspect", "--format", "{{.Id}} {{range .Config.Env}}{{.}} {{end}}", *listed],
+        capture_output=True,
+        text=True,
+        check=False,  # a container may be removed between the two calls
+    ).stdout
+    wanted = f"TRAINING_JOB_NAME={job_name}"
+    return [line.split()[0] for line in described.splitlines() if wanted in line.split()]
 
 
 def test_fit_with_compiler_lands_model_and_summary(
@@ -78,7 +92,7 @@ def test_fit_with_compiler_lands_model_and_summary(
     assert summary["metrics"]["graphs_compiled"] >= 1
     assert summary["metrics"]["compile_time_s"] > 0
     assert "failure" not in output
-    assert not _no_job_containers()
+    assert not _job_containers(estimator.latest_training_job.name)
     assert not list(job_dirs["source"].rglob("__pycache__"))
 
 
@@ -117,7 +131,7 @@ def test_failing_script_shows_its_reason(
     assert "docker-compose" not in str(caught.value).split(":")[0]
     assert caught.value.exit_code == 1  # type: ignore[attr-defined]
     assert "exit code 1" in str(caught.value)
-    assert not _no_job_containers()
+    assert not _job_containers(estimator._current_job_name)
 
 
 def test_file_checkpoints_keep_the_compile_cache_between_jobs(
@@ -183,16 +197,15 @@ _FIT_AND_SLEEP = textwrap.dedent("""
                          output_path="file://" + sys.argv[3], hyperparameters={"sleep": 300},
                          environment={"TRCOMP_SIGTERM_GRACE_S": "5"})
     try:
-        est.fit({"training": "file://" + sys.argv[4]})
+        est.fit({"training": "file://" + sys.argv[4]}, job_name=sys.argv[5])
     except trcomp.JobInterrupted as exc:
         print(f"interrupted: {exc}", flush=True)
         sys.exit(130)
 """)
 
 
-def test_ctrl_c_stops_the_containers(
-    image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None
-) -> None:
+def _start_driver(job_dirs: dict[str, Path], role: str, job_name: str) -> subprocess.Popen[str]:
+    """A process that runs a sleeping job in fit(); returns once its container runs."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -202,57 +215,53 @@ def test_ctrl_c_stops_the_containers(
             role,
             str(job_dirs["output"]),
             str(job_dirs["data"]),
+            job_name,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
+    deadline = time.monotonic() + 120
+    while not _job_containers(job_name, running=True) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not _job_containers(job_name, running=True):
+        proc.kill()
+        raise AssertionError(f"the job's container never started: {proc.communicate()[0][-3000:]}")
+    time.sleep(3)  # the script is in its sleep
+    return proc
+
+
+def test_ctrl_c_stops_the_containers(
+    image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None
+) -> None:
+    name = f"ctrl-c-{uuid.uuid4().hex[:8]}"
+    proc = _start_driver(job_dirs, role, name)
     try:
-        deadline = time.monotonic() + 120
-        while not _running_job_containers() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert _running_job_containers(), "the job's container never started"
-        time.sleep(3)
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
         out, _ = proc.communicate(timeout=90)
     finally:
         proc.kill()
     assert proc.returncode == 130, out[-3000:]
     assert "exit code 143" in out, out[-3000:]
-    assert not _no_job_containers()
+    assert not _job_containers(name)
 
 
 def test_sigkill_of_fit_stops_the_containers(
     image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None
 ) -> None:
     """Nobody is left to press Ctrl-C: the watcher stops the job when fit() dies."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _FIT_AND_SLEEP,
-            str(job_dirs["source"]),
-            role,
-            str(job_dirs["output"]),
-            str(job_dirs["data"]),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    name = f"killed-{uuid.uuid4().hex[:8]}"
+    proc = _start_driver(job_dirs, role, name)
     try:
-        deadline = time.monotonic() + 120
-        while not _running_job_containers() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert _running_job_containers(), "the job's container never started"
         proc.kill()
         proc.wait(timeout=10)
         # Grace 5 s inside, docker stop waits 15 s: well within a minute.
         deadline = time.monotonic() + 60
-        while _no_job_containers() and time.monotonic() < deadline:
+        while _job_containers(name) and time.monotonic() < deadline:
             time.sleep(0.5)
     finally:
         proc.kill()
-    assert not _no_job_containers()
+    assert not _job_containers(name)
 
 
 def test_two_jobs_with_one_output_path_keep_both_models(
@@ -265,13 +274,3 @@ def test_two_jobs_with_one_output_path_keep_both_models(
         models.append(_artifacts(estimator) / "model.tar.gz")
     assert models[0] != models[1]
     assert all("model.pt" in _members(model) for model in models)
-
-
-def _running_job_containers() -> list[str]:
-    out = subprocess.run(
-        ["docker", "ps", "-q", "--filter", f"label={JOB_LABEL}", "--filter", "status=running"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout.split()

@@ -237,6 +237,8 @@ def run_process_job(
             f"{job.exit_code}); what it saved is packed in {job.output_dir} (model.tar.gz, "
             f"output.tar.gz) and its files are kept in {job.base_dir}"
         )
+        if job.checkpoint_dir is not None:
+            message += f"; its checkpoints are in {job.checkpoint_dir}"
         if stopped_by == signal.SIGINT:
             raise JobInterrupted(message, job.exit_code)
         print(f"[trcomp] {message}", file=sys.stderr, flush=True)
