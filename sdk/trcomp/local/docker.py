@@ -9,20 +9,25 @@ root-owned, and an interrupted ``fit()`` can leave containers running.
 
 The estimators wrap the SDK's ``fit()`` in :func:`docker_job`, which
 
-1. calls :func:`preflight` (engine, compose, image) before anything starts,
-   and mounts a ``file://`` ``checkpoint_s3_uri`` at the job's checkpoint path
+1. checks the job (:mod:`trcomp.local.job_checks`) and calls :func:`preflight`
+   (engine, compose, image) before anything is created, and mounts a
+   ``file://`` ``checkpoint_s3_uri`` at the job's checkpoint path
    (:mod:`trcomp.local.checkpoints`), so checkpoints and compile caches outlive
    the container;
-2. labels the job's containers (through the session's ``local.container_config``)
+2. writes the artifacts of a ``file://`` output_path to
+   ``<output_path>/<job name>/output/``, a folder of the job's own;
+3. labels the job's containers (through the session's ``local.container_config``)
    and keeps the SDK's scratch files in a directory of its own;
-3. turns a failed run into a :class:`~trcomp.errors.LocalModeError` carrying
+4. turns a failed run into a :class:`~trcomp.errors.LocalJobFailed` carrying
    the job's own failure reason (``/opt/ml/output/failure``, which local mode
-   copies into ``output.tar.gz``);
-4. stops and removes the job's containers on the way out, Ctrl-C included;
-5. hands back files left root-owned in the user's directories.
+   copies into ``output.tar.gz``) and exit code;
+5. stops and removes the job's containers on the way out: on Ctrl-C and
+   SIGTERM with a grace period, when ``fit()`` dies through a watcher
+   (:mod:`trcomp.local.docker_stop`);
+6. hands back files left root-owned in the user's directories.
 
 Inside trcomp's image the entrypoint (``container/entrypoint.sh``) already
-gives files back to the owner of each mount; step 5 covers other images.
+gives files back to the owner of each mount; step 6 covers other images.
 """
 
 from __future__ import annotations
