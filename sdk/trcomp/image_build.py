@@ -104,11 +104,15 @@ def source_root(start: str | os.PathLike[str] | None = None) -> Path:
     return root
 
 
-def container_requirements(wheel: str | os.PathLike[str]) -> list[str]:
+def container_requirements(
+    wheel: str | os.PathLike[str], *, jax_cuda: bool = False
+) -> list[str]:
     """The requirements the image installs for a trcomp wheel, read from its metadata.
 
-    Base requirements and the ``container`` extra, without the client-only SDK.
+    Base requirements and the ``container`` extra, without the client-only SDK;
+    with ``jax_cuda`` also the ``jax-cuda`` extra (JAX's CUDA plugin, GPU images).
     """
+    extras = ("container", "jax-cuda") if jax_cuda else ("container",)
     from packaging.requirements import Requirement
 
     with zipfile.ZipFile(wheel) as zf:
@@ -121,7 +125,9 @@ def container_requirements(wheel: str | os.PathLike[str]) -> list[str]:
         req = Requirement(line.split(":", 1)[1].strip())
         if req.name.lower() in _CLIENT_ONLY:
             continue
-        if req.marker is not None and not req.marker.evaluate({"extra": "container"}):
+        if req.marker is not None and not any(
+            req.marker.evaluate({"extra": extra}) for extra in extras
+        ):
             continue
         req.marker = None
         requirements.append(str(req))
@@ -173,15 +179,21 @@ def stage_context(
     *,
     root: str | os.PathLike[str] | None = None,
     extra_ca_bundle: str | os.PathLike[str] | None = None,
+    jax_cuda: bool = False,
 ) -> Path:
-    """Write the build context into ``dest`` (see the module docstring) and return it."""
+    """Write the build context into ``dest`` (see the module docstring) and return it.
+
+    ``jax_cuda`` adds JAX's CUDA plugin to the requirements (GPU images).
+    """
     src = source_root(root)
     context = Path(dest)
     (context / "wheels").mkdir(parents=True, exist_ok=True)
     for name in _CONTEXT_FILES:
         shutil.copy2(src / "container" / name, context / name)
     wheel = _build_wheel(src, context / "wheels")
-    (context / "requirements.txt").write_text("\n".join(container_requirements(wheel)) + "\n")
+    (context / "requirements.txt").write_text(
+        "\n".join(container_requirements(wheel, jax_cuda=jax_cuda)) + "\n"
+    )
     ca = b""
     if extra_ca_bundle:
         ca_path = Path(extra_ca_bundle)
@@ -237,7 +249,10 @@ def run_build(
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="trcomp-build-") as tmp:
         ctx = Path(tmp)
-        stage_context(ctx, root=root, extra_ca_bundle=extra_ca_bundle)
+        # The offline Debian base is a CPU image: JAX's CUDA plugin only goes into GPU images.
+        stage_context(
+            ctx, root=root, extra_ca_bundle=extra_ca_bundle, jax_cuda=base != OFFLINE_BASE_IMAGE
+        )
         cmd = build_image(base_image, tag, ctx, no_cache=no_cache, docker=docker)
         # The classic builder: BuildKit needs the buildx plugin, which Debian's
         # docker.io does not ship; the Dockerfile needs nothing BuildKit-only.

@@ -28,6 +28,8 @@ Requires-Dist: boto3>=1.34
 Provides-Extra: container
 Requires-Dist: torch==2.9.0; extra == "container"
 Requires-Dist: sagemaker-training>=5.1; extra == "container"
+Provides-Extra: jax-cuda
+Requires-Dist: jax-cuda12-plugin[with-cuda]==0.10.2; extra == "jax-cuda"
 Provides-Extra: dev
 Requires-Dist: pytest>=8; extra == "dev"
 """
@@ -66,6 +68,15 @@ def test_container_requirements_drop_client_sdk_and_other_extras(tmp_path: Path)
         "torch==2.9.0",
         "sagemaker-training>=5.1",
     ]
+
+
+def test_container_requirements_add_jax_cuda_plugin_for_gpu_images(tmp_path: Path) -> None:
+    wheel = tmp_path / "trcomp-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("trcomp-0.1.0.dist-info/METADATA", _METADATA)
+    requirements = container_requirements(wheel, jax_cuda=True)
+    assert requirements[-1] == "jax-cuda12-plugin[with-cuda]==0.10.2"
+    assert "pytest>=8" not in requirements
 
 
 def test_source_root_is_this_checkout() -> None:

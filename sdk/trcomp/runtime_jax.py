@@ -1,0 +1,408 @@
+"""The jax engine of ``backend="xla"``: a training step traced by torchax into one XLA program.
+
+:func:`compile_step` takes the user's unchanged step (``zero_grad``, forward,
+``loss.backward()``, ``optimizer.step()``, ``scheduler.step()``) and runs it as
+one ``jax.jit`` program. The training state (parameters, buffers, gradients,
+optimizer state, learning rates and the random key) goes in and comes out as
+JAX arrays; between steps it lives in the same torch objects the script holds,
+so ``model.state_dict()`` and ``optimizer.state_dict()`` stay valid.
+
+torchax 0.0.13 has defects this module works around; each has a test in
+tests/sdk/test_runtime_jax.py that fails without its workaround:
+
+- ``model.to("jax")`` unties shared weights (GPT-2's head and embedding)
+  unless torch swaps parameters in place on conversion;
+- ``F.linear``, ``einsum``, ``__getitem__`` and other torch-function lowerings
+  run above autograd, so ``loss.backward()`` finds no graph through them: they
+  are dropped so that autograd sees their aten decomposition;
+- the ``native_layer_norm_backward`` lowering calls a JAX function that does
+  not exist: torch's own decomposition replaces it;
+- a float learning rate would be frozen into the program: it becomes a tensor,
+  an input of the program;
+- the optimizer's step counters must be tensors (``capturable``), not Python
+  numbers read with ``.item()``.
+
+Only :mod:`trcomp.runtime` imports this module, and only on the jax engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import torch
+import torchax
+from torch.utils import _pytree as torch_pytree
+from torchax import tensor as tx_tensor
+
+__all__ = [
+    "DROPPED_LOWERINGS",
+    "StepStats",
+    "compile_step",
+    "device",
+    "environment",
+    "to_cpu",
+]
+
+DROPPED_LOWERINGS: tuple[Callable[..., Any], ...] = (
+    torch.nn.functional.linear,
+    torch.einsum,
+    torch.Tensor.__getitem__,
+    torch.nn.functional.scaled_dot_product_attention,
+    torch.nn.functional.pad,
+)
+"""torch-function lowerings that bypass autograd in torchax 0.0.13 (see the module doc)."""
+
+
+@dataclasses.dataclass
+class StepStats:
+    """What the compiled steps of this process did, for the job's summary."""
+
+    programs_compiled: int = 0
+    compile_time_s: float = 0.0
+    calls: int = 0
+    recompiles_after_warmup: int = 0
+
+
+STATS = StepStats()
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> tx_tensor.Environment:
+    """torchax's environment with trcomp's workarounds, enabled for the whole process."""
+    # Keeps weights tied through model.to("jax"): the Parameter objects are swapped in place.
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    env = torchax.default_env()
+    for function in DROPPED_LOWERINGS:
+        env._ops.pop(function, None)
+    from torch._decomp import decompositions
+
+    env.override_op_definition(
+        torch.ops.aten.native_layer_norm_backward.default,
+        decompositions.native_layer_norm_backward,
+    )
+    env.enable_torch_modes()
+    return env
+
+
+def device() -> torch.device:
+    """The JAX device as torch sees it (``jax:0``); moving a module there uses the engine."""
+    environment()
+    return torch.device("jax", 0)
+
+
+def to_cpu(obj: Any) -> Any:
+    """``obj`` with every torchax tensor copied to a CPU torch tensor (for ``torch.save``)."""
+    env = environment()
+
+    def move(value: Any) -> Any:
+        if isinstance(value, tx_tensor.Tensor):
+            return env.j2t_copy(value.jax()).requires_grad_(False)
+        return value
+
+    return torch_pytree.tree_map(move, obj)
+
+
+# -- the traced step ------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Parts:
+    """The modules, optimizers and schedulers a step function uses."""
+
+    modules: list[torch.nn.Module]
+    optimizers: list[torch.optim.Optimizer]
+    schedulers: list[Any]
+
+
+def _referenced(fn: Callable[..., Any]) -> Iterator[Any]:
+    closure = inspect.getclosurevars(fn)
+    yield from closure.nonlocals.values()
+    yield from closure.globals.values()
+
+
+def find_parts(fn: Callable[..., Any]) -> _Parts:
+    """The modules, optimizers and LR schedulers ``fn`` names (its globals and closure)."""
+    parts = _Parts([], [], [])
+    for value in _referenced(fn):
+        if isinstance(value, torch.nn.Module):
+            parts.modules.append(value)
+        elif isinstance(value, torch.optim.Optimizer):
+            parts.optimizers.append(value)
+        elif isinstance(value, torch.optim.lr_scheduler.LRScheduler):
+            parts.schedulers.append(value)
+    return parts
+
+
+class _Slots:
+    """Every tensor of the training state, by a stable path, read and written in one order."""
+
+    def __init__(self, parts: _Parts) -> None:
+        self.parts = parts
+        self.params: list[torch.Tensor] = []
+        seen: set[int] = set()
+        for module in parts.modules:
+            for tensor in [*module.parameters(), *module.buffers()]:
+                if id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    self.params.append(tensor)
+        for optimizer in parts.optimizers:
+            for group in optimizer.param_groups:
+                for param in group["params"]:
+                    if id(param) not in seen:
+                        seen.add(id(param))
+                        self.params.append(param)
+
+    def read(self) -> tuple[list[tuple[Any, ...]], list[torch.Tensor]]:
+        """(paths, tensors) of the state as it is now."""
+        paths: list[tuple[Any, ...]] = []
+        tensors: list[torch.Tensor] = []
+        for index, param in enumerate(self.params):
+            paths.append(("param", index))
+            tensors.append(param)
+            if param.grad is not None:
+                paths.append(("grad", index))
+                tensors.append(param.grad)
+        for o, optimizer in enumerate(self.parts.optimizers):
+            for g, group in enumerate(optimizer.param_groups):
+                for key, value in sorted(group.items()):
+                    if isinstance(value, torch.Tensor):
+                        paths.append(("group", o, g, key))
+                        tensors.append(value)
+            for index, param in enumerate(self.params):
+                state = optimizer.state.get(param)
+                for key, value in sorted((state or {}).items()):
+                    if isinstance(value, torch.Tensor):
+                        paths.append(("opt", o, index, key))
+                        tensors.append(value)
+        return paths, tensors
+
+
+def _elem(value: torch.Tensor) -> jax.Array:
+    if not isinstance(value, tx_tensor.Tensor):
+        raise TypeError(
+            f"compile_step found a {value.device} tensor of shape {tuple(value.shape)} in the "
+            "training state; the jax engine needs it on runtime.device(): move the model "
+            "with model.to(runtime.device()) before building the optimizer"
+        )
+    return value.jax()
+
+
+def prepare_optimizer(optimizer: torch.optim.Optimizer) -> None:
+    """Tensor learning rates and capturable state, so the program reads both as inputs."""
+    env = environment()
+    for group in optimizer.param_groups:
+        if "capturable" in group:
+            group["capturable"] = True
+        if "foreach" in group and group["foreach"] is None:
+            group["foreach"] = False
+        if isinstance(group.get("lr"), float):
+            with env:
+                group["lr"] = torch.tensor(group["lr"], dtype=torch.float32, device="jax")
+    for state in optimizer.state.values():
+        step = state.get("step")
+        if isinstance(step, torch.Tensor) and not isinstance(step, tx_tensor.Tensor):
+            state["step"] = step.to("jax")
+
+
+def _write(parts: _Parts, params: list[torch.Tensor], path: tuple[Any, ...], value: Any) -> None:
+    """Put ``value`` (a JAX array, or None to clear) at ``path`` of the live training state."""
+    env = environment()
+    kind = path[0]
+    if kind == "param":
+        params[path[1]]._elem = value  # type: ignore[attr-defined]
+    elif kind == "grad":
+        param = params[path[1]]
+        if value is None:
+            param.grad = None
+        elif isinstance(param.grad, tx_tensor.Tensor):
+            param.grad._elem = value
+        else:
+            param.grad = tx_tensor.Tensor(value, env)
+    elif kind == "group":
+        _, o, g, key = path
+        parts.optimizers[o].param_groups[g][key]._elem = value
+    else:  # "opt"
+        _, o, index, key = path
+        state = parts.optimizers[o].state[params[index]]
+        if value is None:
+            state.pop(key, None)
+        elif isinstance(state.get(key), tx_tensor.Tensor):
+            state[key]._elem = value
+        else:
+            state[key] = tx_tensor.Tensor(value, env)
+
+
+def _write_state(
+    slots: _Slots, paths: list[tuple[Any, ...]], arrays: list[Any]
+) -> None:
+    """Make the live state exactly ``paths`` -> ``arrays`` (clearing grads and state not in it)."""
+    current, _ = slots.read()
+    for path in set(current) - set(paths):
+        if path[0] in ("grad", "opt"):
+            _write(slots.parts, slots.params, path, None)
+    for path, array in zip(paths, arrays, strict=True):
+        _write(slots.parts, slots.params, path, array)
+
+
+@dataclasses.dataclass
+class _Program:
+    """One compiled XLA program for one state layout and argument signature."""
+
+    executable: Any = None
+    out_paths: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
+    out_tree: Any = None
+    scheduler_steps: int = 0
+
+
+class CompiledStep:
+    """A step function run as one XLA program per state layout and input signature."""
+
+    def __init__(self, fn: Callable[..., Any], parts: _Parts) -> None:
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.parts = parts
+        self.slots = _Slots(parts)
+        self.programs: dict[Any, _Program] = {}
+        self.calls = 0
+        for optimizer in parts.optimizers:
+            prepare_optimizer(optimizer)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        env = environment()
+        self.calls += 1
+        STATS.calls += 1
+        in_paths, in_tensors = self.slots.read()
+        state = [_elem(t) for t in in_tensors]
+        leaves, spec = torch_pytree.tree_flatten((args, kwargs))
+        tensor_at = [isinstance(leaf, torch.Tensor) for leaf in leaves]
+        arg_arrays = [_elem(leaf) for leaf, is_t in zip(leaves, tensor_at, strict=True) if is_t]
+        statics = tuple(None if is_t else leaf for leaf, is_t in zip(leaves, tensor_at, strict=True))
+        signature = tuple((a.shape, str(a.dtype)) for a in [*state, *arg_arrays])
+        key = (tuple(in_paths), str(spec), statics, signature)
+        program = self.programs.get(key)
+        if program is None:
+            program = self._compile(key, in_paths, spec, statics, tensor_at, state, arg_arrays)
+        out_arrays, new_state, new_key = program.executable(state, arg_arrays, env.param.prng)
+        _write_state(self.slots, program.out_paths, new_state)
+        env._property.content = tx_tensor.RuntimeProperty.override(env.param, prng=new_key)
+        for _ in range(program.scheduler_steps):
+            for scheduler in self.parts.schedulers:
+                scheduler.step()
+        from torch.optim.optimizer import _global_optimizer_post_hooks
+
+        for optimizer in self.parts.optimizers:
+            for hook in list(_global_optimizer_post_hooks.values()):
+                hook(optimizer, (), {})
+        return torch_pytree.tree_unflatten(
+            [tx_tensor.Tensor(a, env) if isinstance(a, jax.Array) else a for a in out_arrays],
+            program.out_tree,
+        )
+
+    def _compile(
+        self,
+        key: Any,
+        in_paths: list[tuple[Any, ...]],
+        spec: Any,
+        statics: tuple[Any, ...],
+        tensor_at: list[bool],
+        state: list[Any],
+        arg_arrays: list[Any],
+    ) -> _Program:
+        import time
+
+        env = environment()
+        program = _Program()
+
+        def traced(state: list[Any], arg_arrays: list[Any], prng: Any) -> Any:
+            _write_state(self.slots, in_paths, state)
+            arrays = iter(arg_arrays)
+            leaves = [
+                tx_tensor.Tensor(next(arrays), env) if is_t else static
+                for static, is_t in zip(statics, tensor_at, strict=True)
+            ]
+            args, kwargs = torch_pytree.tree_unflatten(leaves, spec)
+            steps = _SchedulerCalls(self.parts.schedulers)
+            with env.override_property(prng=prng), steps, _no_step_hooks():
+                result = self.fn(*args, **kwargs)
+                new_key = env.param.prng
+            program.scheduler_steps = steps.count
+            out_paths, out_tensors = self.slots.read()
+            program.out_paths = out_paths
+            out_leaves, program.out_tree = torch_pytree.tree_flatten(result)
+            outs = [_elem(v) if isinstance(v, torch.Tensor) else v for v in out_leaves]
+            return outs, [_elem(t) for t in out_tensors], new_key
+
+        started = time.perf_counter()
+        originals = list(state)
+        try:
+            lowered = jax.jit(traced).lower(state, arg_arrays, env.param.prng)
+        finally:
+            # Tracing left tracers in the live objects: put the concrete state back.
+            _write_state(self.slots, in_paths, originals)
+        program.executable = lowered.compile()
+        STATS.compile_time_s += time.perf_counter() - started
+        STATS.programs_compiled += 1
+        if self.calls > _WARMUP_CALLS:
+            STATS.recompiles_after_warmup += 1
+        self.programs[key] = program
+        return program
+
+
+# Step 1 compiles the program that creates the gradients and the optimizer state;
+# step 2 the steady one, which reads them. A program compiled later is a recompile.
+_WARMUP_CALLS = 2
+
+
+class _SchedulerCalls:
+    """Counts ``scheduler.step()`` calls made while tracing; they run after each program."""
+
+    def __init__(self, schedulers: list[Any]) -> None:
+        self.schedulers = schedulers
+        self.count = 0
+
+    def _step(self, *args: Any, **kwargs: Any) -> None:
+        self.count += 1
+
+    def __enter__(self) -> _SchedulerCalls:
+        for scheduler in self.schedulers:
+            scheduler.step = self._step
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for scheduler in self.schedulers:
+            del scheduler.step
+        # several schedulers step once each per step
+        if self.schedulers:
+            self.count //= len(self.schedulers)
+
+
+class _no_step_hooks:
+    """Silence global optimizer hooks while tracing; they fire after each program instead."""
+
+    def __enter__(self) -> None:
+        from torch.optim import optimizer
+
+        self.saved = dict(optimizer._global_optimizer_post_hooks)
+        optimizer._global_optimizer_post_hooks.clear()
+
+    def __exit__(self, *exc: object) -> None:
+        from torch.optim import optimizer
+
+        optimizer._global_optimizer_post_hooks.update(self.saved)
+
+
+def compile_step(fn: Callable[..., Any]) -> CompiledStep:
+    """Run ``fn`` (one training step) as one XLA program on the jax engine."""
+    parts = find_parts(fn)
+    if not parts.modules and not parts.optimizers:
+        raise TypeError(
+            f"compile_step could not find the model or optimizer that {fn.__name__} uses: "
+            "it looks them up among the function's globals and closure variables. Refer to "
+            "the model and the optimizer by name inside the step function."
+        )
+    return CompiledStep(fn, parts)
