@@ -30,6 +30,7 @@ __all__ = [
     "Fallback",
     "Mode",
     "TrainingCompilerConfig",
+    "XlaEngine",
 ]
 
 ENABLED_KEY = "sagemaker_training_compiler_enabled"
@@ -42,6 +43,7 @@ VERSION_FIELD = "trcomp_version"
 Backend = Literal["auto", "xla", "inductor"]
 Mode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 Fallback = Literal["eager", "fail"]
+XlaEngine = Literal["auto", "torch_xla", "jax"]
 InductorValue = bool | int | float | str
 
 # Matched with fullmatch: "$" would accept a trailing newline.
@@ -132,6 +134,14 @@ class TrainingCompilerConfig(BaseModel):
         "`{'triton.cudagraphs': False}` (inductor only). Env `TRCOMP_INDUCTOR_OPTIONS`.",
     )
 
+    xla_engine: XlaEngine = Field(
+        default="auto",
+        description="Which engine runs backend='xla': `torch_xla` (TPU and CPU), `jax` "
+        "(torchax on JAX, experimental; the one engine for NVIDIA GPUs, and allowed on CPU "
+        "so local runs exercise it), or `auto`: jax on NVIDIA GPUs, torch_xla elsewhere. "
+        "Scripts use trcomp.runtime.compile_step on the jax engine. Env `TRCOMP_XLA_ENGINE`.",
+    )
+
     @field_validator("xla_flags")
     @classmethod
     def _check_xla_flags(cls, flags: list[str]) -> list[str]:
@@ -170,12 +180,23 @@ class TrainingCompilerConfig(BaseModel):
                     f"{', '.join(bad)} {verb} only for backend='inductor' (torch.compile), "
                     "but backend='xla' was chosen: drop them or set backend='inductor'"
                 )
+        if self.backend == "inductor" and self.xla_engine != "auto":
+            raise ValueError(
+                f"xla_engine={self.xla_engine!r} only applies to backend='xla', but "
+                "backend='inductor' was chosen: drop xla_engine or set backend='xla'"
+            )
         if self.backend == "inductor" and self.xla_flags:
             raise ValueError(
                 "xla_flags only apply to backend='xla', but backend='inductor' was chosen: "
                 "drop xla_flags or set backend='xla'"
             )
         return self
+
+    def engine_for(self, *, nvidia_gpu: bool) -> Literal["torch_xla", "jax"]:
+        """The engine that runs ``backend='xla'`` on a host with or without NVIDIA GPUs."""
+        if self.xla_engine != "auto":
+            return self.xla_engine
+        return "jax" if nvidia_gpu else "torch_xla"
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -192,6 +213,9 @@ class TrainingCompilerConfig(BaseModel):
         AWS ``TrainingCompilerConfig`` does.
         """
         body = {VERSION_FIELD: __version__, **self.model_dump(mode="json")}
+        if self.xla_engine == "auto":
+            # Left out at its default, so containers older than the field still read the config.
+            del body["xla_engine"]
         return {ENABLED_KEY: self.enabled, DEBUG_KEY: self.debug, CONFIG_KEY: body}
 
     def to_hyperparameters(self) -> dict[str, str]:

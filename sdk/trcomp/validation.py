@@ -109,7 +109,9 @@ def _check_instance(
             "trcomp.instances.FAMILIES.",
             issued,
         )
-    if config.backend == "xla" and info.has_nvidia_gpu:
+    if config.backend == "xla" and config.engine_for(nvidia_gpu=info.has_nvidia_gpu) == "jax":
+        _check_jax_engine(estimator, info, issued)
+    elif config.backend == "xla" and info.has_nvidia_gpu:
         if getattr(estimator, "_trcomp_image_is_default", True):
             raise UnsupportedJobError(
                 f"backend='xla' cannot use the GPUs of {info.instance_type} with the default "
@@ -145,6 +147,40 @@ def _unusable_gpu_reason(info: Any) -> str:
         f"{info.instance_type} {why}, so the compiled job cannot run there. Choose an NVIDIA "
         "instance of compute capability 7.0+ such as ml.g4dn.xlarge or ml.g5.2xlarge."
     )
+
+
+JAX_ENGINE_WARNING = (
+    "backend='xla' runs on the jax engine (torchax on JAX), which is experimental: plain "
+    "PyTorch loops whose step goes through trcomp.runtime.compile_step compile into one XLA "
+    "program; other code runs op by op, slowly. One process drives the host's devices. "
+    "See docs/xla-gpu.md."
+)
+
+
+def _check_jax_engine(estimator: Any, info: Any, issued: list[str]) -> None:
+    from sagemaker.huggingface import HuggingFace
+
+    where = f"on {info.instance_type}"
+    if isinstance(estimator, HuggingFace):
+        raise UnsupportedJobError(
+            f"trcomp.HuggingFace with backend='xla' {where} runs the jax engine, which cannot "
+            "compile an unmodified HF Trainer script: Trainer's step is not a function "
+            "compile_step can trace. Use backend='inductor' (or 'auto') for HF Trainer scripts."
+        )
+    for name in enabled_distributions(getattr(estimator, "distribution", None)):
+        if name in ("torch_distributed", "pytorchddp", "pytorchxla"):
+            raise UnsupportedJobError(
+                f"distribution {name!r} starts one process per device, but the jax engine of "
+                f"backend='xla' ({where}) drives all devices of a host from one process: drop "
+                "distribution=, or use backend='inductor' with torch_distributed"
+            )
+    if int(getattr(estimator, "instance_count", None) or 1) > 1:
+        raise UnsupportedJobError(
+            f"the jax engine of backend='xla' runs on one host; instance_count="
+            f"{estimator.instance_count} asks for several (multi-host JAX is not supported "
+            "yet): use instance_count=1, or backend='inductor' with torch_distributed"
+        )
+    _warn(JAX_ENGINE_WARNING, issued)
 
 
 def _check_distribution(config: TrainingCompilerConfig, distribution: Any) -> None:

@@ -131,7 +131,7 @@ def test_heterogeneous_instance_groups_are_refused(offline_session, role) -> Non
 
 
 def test_xla_on_gpu_with_default_image_is_refused(offline_session, role) -> None:
-    config = TrainingCompilerConfig(backend="xla")
+    config = TrainingCompilerConfig(backend="xla", xla_engine="torch_xla")
     with pytest.raises(
         UnsupportedJobError, match=r"torch-xla 2\.9 has no CUDA.*backend='inductor'.*image_uri="
     ):
@@ -141,7 +141,7 @@ def test_xla_on_gpu_with_default_image_is_refused(offline_session, role) -> None
 
 
 def test_xla_on_gpu_with_own_image_warns(offline_session, role) -> None:
-    config = TrainingCompilerConfig(backend="xla")
+    config = TrainingCompilerConfig(backend="xla", xla_engine="torch_xla")
     with pytest.warns(CompilerConfigWarning, match="CUDA-enabled torch-xla"):
         make(offline_session, role, "ml.p4d.24xlarge", config, image_uri="me/xla-cuda:1")
 
