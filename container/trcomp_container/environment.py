@@ -16,7 +16,8 @@ from typing import Any
 
 from trcomp._version import __version__
 from trcomp.config import TrainingCompilerConfig
-from trcomp_container.backends import ConcreteBackend, inductor, xla
+from trcomp_container.backends import ConcreteBackend, inductor, resolve_engine, xla
+from trcomp_container.backends import jax as jax_engine
 from trcomp_container.devices import Devices
 from trcomp_container.job import JobPaths
 
@@ -29,17 +30,19 @@ def resolved_config(
     config: TrainingCompilerConfig,
     backend: ConcreteBackend | None,
     fallback_reason: str | None = None,
+    engine: str | None = None,
 ) -> dict[str, Any]:
-    """The ``TRCOMP_CONFIG`` body: the config with ``backend`` made concrete.
+    """The ``TRCOMP_CONFIG`` body: the config with ``backend`` and ``engine`` made concrete.
 
     ``enabled`` is False when the compiler is off or fell back to eager;
-    ``backend`` is then None.
+    ``backend`` and ``engine`` are then None.
     """
     body = config.model_dump(mode="json")
     body.update(
         enabled=backend is not None,
         backend=backend,
         requested_backend=config.backend,
+        engine=engine,
         fallback_reason=fallback_reason,
         trcomp_version=__version__,
     )
@@ -64,8 +67,9 @@ def build_environment(
     ``config.cache`` is False, so every such job starts cold.
     """
     env = dict(base_env)
+    engine = resolve_engine(config, backend, devices)
     decided: dict[str, str] = {
-        "TRCOMP_CONFIG": json.dumps(resolved_config(config, backend, fallback_reason)),
+        "TRCOMP_CONFIG": json.dumps(resolved_config(config, backend, fallback_reason, engine)),
         "TRCOMP_BACKEND": backend or "eager",
         "TRCOMP_METRICS_DIR": str(metrics_dir),
         "TRCOMP_DEBUG": "1" if config.debug else "0",
@@ -81,6 +85,13 @@ def build_environment(
         defaults.update(inductor.cache_environment(cache_root))
         if config.debug:
             defaults.update(inductor.debug_environment(paths.compiler))
+    elif engine == "jax":
+        decided.update(jax_engine.environment(config, devices, base_env))
+        defaults.update(jax_engine.cache_environment(cache_root))
+        if config.debug:
+            debug = jax_engine.debug_environment(paths.compiler, decided.get("XLA_FLAGS", ""))
+            decided["XLA_FLAGS"] = debug.pop("XLA_FLAGS")
+            defaults.update(debug)
     elif backend == "xla":
         decided.update(xla.environment(config, devices, base_env))
         defaults.update(xla.cache_environment(cache_root))

@@ -1,6 +1,6 @@
 """Can the chosen compiler start here? Run in a child with the job's environment.
 
-``python -m trcomp_container.probe inductor|xla <gpus>`` prints one JSON line:
+``python -m trcomp_container.probe inductor|xla|jax <gpus>`` prints one JSON line:
 ``{"ok": bool, "reason": str, "hardware": str}``. A child keeps a broken
 torch-xla or CUDA set-up from taking the entrypoint down, and sees exactly the
 environment the user's script will see.
@@ -39,6 +39,8 @@ class ProbeResult:
 def probe(backend: str, gpus: int) -> ProbeResult:
     """Check in this process that ``backend`` can run on ``gpus`` GPUs (0: CPU/TPU)."""
     try:
+        if backend == "jax":
+            return _probe_jax(gpus)
         return _probe_xla(gpus) if backend == "xla" else _probe_inductor(gpus)
     except Exception as exc:  # any failure to start is the answer, not a crash
         return ProbeResult(False, f"{type(exc).__name__}: {exc}")
@@ -79,6 +81,39 @@ def _probe_xla(gpus: int) -> ProbeResult:
     if value != 4.0:
         return ProbeResult(False, f"torch-xla computed 2*[1,1] summed as {value}", hardware)
     return ProbeResult(True, hardware=hardware)
+
+
+def _probe_jax(gpus: int) -> ProbeResult:
+    import jax
+    import jax.numpy as jnp
+
+    platform = os.environ.get("JAX_PLATFORMS") or "any"
+    try:
+        found = jax.devices()
+    except Exception as exc:  # jax 0.10 raises a bare AssertionError for a missing platform
+        return ProbeResult(
+            False,
+            f"JAX {jax.__version__} has no usable {platform} platform "
+            f"({type(exc).__name__}: {exc}): GPU hosts need jax-cuda12-plugin "
+            f"{jax.__version__} (trcomp's jax-cuda extra) and a driver for CUDA 12",
+        )
+    import torchax  # fails here when torchax does not match the installed torch
+
+    hardware = f"{jax.default_backend()} x{len(found)}, jax {jax.__version__}"
+    if gpus:
+        cuda = [device for device in found if device.platform == "gpu"]
+        if len(cuda) < gpus:
+            return ProbeResult(
+                False,
+                f"JAX {jax.__version__} sees {len(cuda)} of the {gpus} GPUs (it runs on "
+                f"{jax.default_backend()}): the image needs jax-cuda12-plugin "
+                f"{jax.__version__} (trcomp's jax-cuda extra) and a driver for CUDA 12",
+                hardware,
+            )
+    value = float(jnp.sum(jnp.ones(2) * 2))
+    if value != 4.0:
+        return ProbeResult(False, f"JAX computed 2*[1,1] summed as {value}", hardware)
+    return ProbeResult(True, hardware=f"{hardware}, torchax {torchax.__version__}")
 
 
 def cpu_inductor_check(env: Mapping[str, str]) -> ProbeResult:

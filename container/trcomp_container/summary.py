@@ -61,7 +61,13 @@ def steady_step_time(intervals: Sequence[float]) -> float | None:
 def _rank_metrics(record: Mapping[str, Any]) -> dict[str, float | None]:
     compile_info = record.get("compile") or {}
     xla = record.get("xla")
-    if xla:
+    jax = record.get("jax")
+    if jax:
+        compile_time = float(jax.get("compile_time_s", 0.0))
+        graphs = int(jax.get("programs_compiled", 0))
+        recompiles = int(jax.get("recompiles_after_warmup", 0))
+        graph_breaks = 0
+    elif xla:
         compile_time = float(xla.get("compile_time_s", 0.0))
         graphs = int(xla.get("compiles", 0))
         recompiles = int(xla.get("compiles_after_warmup") or 0)
@@ -115,6 +121,7 @@ def build_summary(
                 "graph_break_reasons": compile_info.get("graph_break_reasons", {}),
                 "compile_cache": compile_info.get("cache"),
                 "xla": record.get("xla"),
+                "jax": record.get("jax"),
                 "error": record.get("error"),
             }
         )
@@ -158,6 +165,8 @@ def render_block(summary: Mapping[str, Any]) -> str:
         return f"{value:.4g}{unit}" if isinstance(value, float) else f"{value}{unit}"
 
     backend = summary.get("backend") or "eager (compiler off)"
+    if summary.get("engine") and summary.get("engine") != summary.get("backend"):
+        backend = f"{backend} on the {summary['engine']} engine"
     lines = [
         "=" * 20 + " trcomp summary " + "=" * 20,
         f"backend        {backend} (asked: {summary.get('requested_backend')})",

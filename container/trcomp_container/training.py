@@ -29,7 +29,7 @@ from trcomp.config import TrainingCompilerConfig
 from trcomp.errors import CompilerConfigError
 from trcomp.proctree import grace_s
 from trcomp_container import summary as summary_module
-from trcomp_container.backends import ConcreteBackend, resolve_backend
+from trcomp_container.backends import ConcreteBackend, resolve_backend, resolve_engine
 from trcomp_container.devices import Devices, detect_devices
 from trcomp_container.environment import build_environment
 from trcomp_container.failures import (
@@ -74,7 +74,9 @@ def main() -> None:
 def run_job(job: Job) -> tuple[int, str]:
     """Run ``job`` end to end; return ``(exit code, reason)`` after writing every report."""
     started = time.time()
-    report = _Report(facts={"devices": None, "backend": None, "requested_backend": None})
+    report = _Report(
+        facts={"devices": None, "backend": None, "engine": None, "requested_backend": None}
+    )
     metrics_dir = job.paths.compiler / "ranks"
     shutil.rmtree(metrics_dir, ignore_errors=True)
     # Debug logs (TORCH_LOGS_OUT) and the hook write here; their parent must exist.
@@ -122,6 +124,7 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     # Known before anything else can fail: the summary must not say "compiler off".
     report.facts.update(backend=backend)
     distribution = distribution_of(job.framework_params)
+    _check_jax_distribution(resolve_engine(config, backend, devices), distribution, job.hosts)
     entry_point = _prepare_code(job)
     base_env = {**job.environ, **job.toolkit_env}
 
@@ -147,6 +150,7 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     cache_dir = job.paths.cache if (config.cache and backend) else None
     report.facts.update(
         backend=backend,
+        engine=resolve_engine(config, backend, devices),
         distribution=distribution,
         cache_dir=_cache_location(job) if cache_dir else None,
         cache_warm=bool(cache_dir and cache_warm),
@@ -166,7 +170,12 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     plan = LaunchPlan(command, env, job.paths.code, distribution, nproc)
     report.facts.update(command=command, nproc_per_node=nproc, hosts=job.hosts)
     wait_for_hosts(job.hosts)
-    print(f"[trcomp] backend={backend or 'eager'} devices={devices} command={command}", flush=True)
+    engine = report.facts["engine"] or "eager"
+    print(
+        f"[trcomp] backend={backend or 'eager'} engine={engine} devices={devices} "
+        f"command={command}",
+        flush=True,
+    )
     result = run(plan, grace_s(job.environ))
     return _outcome(result, metrics_dir, backend, torchrun=distribution != "none")
 
@@ -233,7 +242,8 @@ def _check_backend(
     report: _Report,
     environment: Callable[[ConcreteBackend | None, str | None], dict[str, str]],
 ) -> tuple[ConcreteBackend | None, dict[str, str]]:
-    result = run_probe(backend, devices.gpus, env)
+    engine = resolve_engine(config, backend, devices)
+    result = run_probe("jax" if engine == "jax" else backend, devices.gpus, env)
     report.facts["hardware"] = result.hardware
     if result.ok:
         return backend, env
@@ -257,6 +267,26 @@ def _check_backend(
     report.warnings.append(warning)
     print(f"[trcomp] WARNING: {warning}", file=sys.stderr, flush=True)
     return None, environment(None, warning)
+
+
+def _check_jax_distribution(engine: str | None, distribution: str, hosts: list[str]) -> None:
+    """The jax engine drives a host's devices from one process, on one host."""
+    if engine != "jax":
+        return
+    if distribution != "none":
+        raise JobFailed(
+            f"distribution {distribution!r} starts one process per device, but the jax "
+            "engine of backend='xla' drives all devices of a host from one process: drop "
+            "the distribution, or use backend='inductor'",
+            ExitCode.CONFIG,
+        )
+    if len(hosts) > 1:
+        raise JobFailed(
+            f"the jax engine of backend='xla' runs on one host; this job has {len(hosts)} "
+            "(multi-host JAX is not supported yet): use instance_count=1, or "
+            "backend='inductor' with torch_distributed",
+            ExitCode.CONFIG,
+        )
 
 
 def _outcome(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 __all__ = [
     "backend",
     "compile",
+    "compile_step",
     "device",
+    "engine",
     "is_enabled",
     "mark_step",
     "optimizer_step",
@@ -70,6 +72,18 @@ def backend() -> str | None:
     return config.get("backend") if config.get("enabled") else None
 
 
+def engine() -> str | None:
+    """``"inductor"``, ``"torch_xla"``, ``"jax"`` or None (eager)."""
+    name = backend()
+    if name == "xla":
+        return str(resolved_config().get("engine") or "torch_xla")
+    return name
+
+
+def _jax() -> bool:
+    return engine() == "jax"
+
+
 def is_enabled() -> bool:
     """Whether this process runs with a compiler."""
     return backend() is not None
@@ -79,6 +93,10 @@ def device() -> torch.device:
     """The device to train on: the XLA device under xla, else this rank's GPU, else CPU."""
     import torch
 
+    if _jax():
+        from trcomp import runtime_jax
+
+        return runtime_jax.device()
     if backend() == "xla":
         import torch_xla
 
@@ -96,6 +114,28 @@ def compile(model: torch.nn.Module) -> torch.nn.Module:
     """
     if backend() != "inductor":
         return model
+    compiled: torch.nn.Module = _torch_compile(model)
+    return compiled
+
+
+def compile_step(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Compile one training step: ``fn`` runs forward, ``loss.backward()``, the optimizer.
+
+    On the jax engine ``fn`` runs as one XLA program (see :mod:`trcomp.runtime_jax`);
+    under inductor it is ``torch.compile``-d with the config's options; with the
+    compiler off, under torch-xla, or outside a job it is ``fn`` itself.
+    """
+    if _jax():
+        from trcomp import runtime_jax
+
+        return runtime_jax.compile_step(fn)
+    if backend() != "inductor":
+        return fn
+    compiled: Callable[..., Any] = _torch_compile(fn)
+    return compiled
+
+
+def _torch_compile(target: Any) -> Any:
     import torch
 
     config = resolved_config()
@@ -111,13 +151,12 @@ def compile(model: torch.nn.Module) -> torch.nn.Module:
             # torch.compile takes mode or options, not both: options win, mode is dropped.
             kwargs.pop("mode")
         kwargs["options"] = dict(config["inductor_options"])
-    compiled: torch.nn.Module = torch.compile(model, **kwargs)  # type: ignore[assignment]
-    return compiled
+    return torch.compile(target, **kwargs)
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer) -> Any:
     """``optimizer.step()``; under xla ``xm.optimizer_step`` (reduces gradients across replicas)."""
-    if backend() == "xla":
+    if backend() == "xla" and not _jax():
         import torch_xla.core.xla_model as xm
 
         return xm.optimizer_step(optimizer)
@@ -129,7 +168,7 @@ def mark_step() -> None:
 
     Not needed when iterating a loader from :func:`wrap_loader`, which does it per batch.
     """
-    if backend() == "xla":
+    if backend() == "xla" and not _jax():
         import torch_xla
 
         torch_xla.sync()
@@ -141,7 +180,7 @@ def wrap_loader(loader: Iterable[Any]) -> Iterable[Any]:
     Under xla this is torch-xla's ``MpDeviceLoader``: it preloads batches onto the
     device and marks a step after each one.
     """
-    if backend() == "xla":
+    if backend() == "xla" and not _jax():
         import torch_xla.distributed.parallel_loader as pl
 
         return pl.MpDeviceLoader(loader, device())
@@ -171,7 +210,11 @@ def save(obj: Any, path: str | os.PathLike[str]) -> None:
     Under xla this is ``xm.save``, which moves tensors off the device first.
     """
     target = Path(path)
-    if backend() == "xla":
+    if _jax():
+        from trcomp import runtime_jax
+
+        obj = runtime_jax.to_cpu(obj)
+    elif backend() == "xla":
         import torch_xla.core.xla_model as xm
 
         if xm.is_master_ordinal(local=False):

@@ -15,8 +15,8 @@ tests/sdk/test_runtime_jax.py that fails without its workaround:
 - ``F.linear``, ``einsum``, ``__getitem__`` and other torch-function lowerings
   run above autograd, so ``loss.backward()`` finds no graph through them: they
   are dropped so that autograd sees their aten decomposition;
-- the ``native_layer_norm_backward`` lowering calls a JAX function that does
-  not exist: torch's own decomposition replaces it;
+- the ``native_layer_norm_backward`` lowering takes fewer arguments than the
+  aten op passes: torch's own decomposition replaces it;
 - a float learning rate would be frozen into the program: it becomes a tensor,
   an input of the program;
 - the optimizer's step counters must be tensors (``capturable``), not Python
@@ -41,6 +41,9 @@ from torchax import tensor as tx_tensor
 
 __all__ = [
     "DROPPED_LOWERINGS",
+    "ENVIRONMENT_WORKAROUNDS",
+    "OPTIMIZER_WORKAROUNDS",
+    "STATS",
     "StepStats",
     "compile_step",
     "device",
@@ -66,25 +69,81 @@ class StepStats:
     compile_time_s: float = 0.0
     calls: int = 0
     recompiles_after_warmup: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The numbers as JSON-ready values (the metrics hook writes them per process)."""
+        body = dataclasses.asdict(self)
+        body["compile_time_s"] = round(self.compile_time_s, 4)
+        return body
 
 
 STATS = StepStats()
+_CACHE_EVENTS = {
+    "/jax/compilation_cache/cache_hits": "cache_hits",
+    "/jax/compilation_cache/cache_misses": "cache_misses",
+}
 
 
-@functools.lru_cache(maxsize=1)
-def environment() -> tx_tensor.Environment:
-    """torchax's environment with trcomp's workarounds, enabled for the whole process."""
-    # Keeps weights tied through model.to("jax"): the Parameter objects are swapped in place.
+def _on_jax_event(event: str, **kwargs: Any) -> None:
+    name = _CACHE_EVENTS.get(event)
+    if name is not None:
+        setattr(STATS, name, getattr(STATS, name) + 1)
+
+
+jax.monitoring.register_event_listener(_on_jax_event)
+
+
+def _keep_tied_weights(env: tx_tensor.Environment) -> None:
+    # model.to("jax") swaps each Parameter's contents in place, so shared ones stay shared.
     torch.__future__.set_swap_module_params_on_conversion(True)
-    env = torchax.default_env()
+
+
+def _drop_lowerings_above_autograd(env: tx_tensor.Environment) -> None:
     for function in DROPPED_LOWERINGS:
         env._ops.pop(function, None)
+
+
+def _fix_layer_norm_backward(env: tx_tensor.Environment) -> None:
     from torch._decomp import decompositions
 
     env.override_op_definition(
         torch.ops.aten.native_layer_norm_backward.default,
         decompositions.native_layer_norm_backward,
     )
+
+
+def _tensor_lr(group: dict[str, Any]) -> None:
+    if isinstance(group.get("lr"), float):
+        with environment():
+            group["lr"] = torch.tensor(group["lr"], dtype=torch.float32, device="jax")
+
+
+def _capturable(group: dict[str, Any]) -> None:
+    if "capturable" in group:
+        group["capturable"] = True
+
+
+ENVIRONMENT_WORKAROUNDS: dict[str, Callable[[tx_tensor.Environment], None]] = {
+    "tied_weights": _keep_tied_weights,
+    "lowerings_above_autograd": _drop_lowerings_above_autograd,
+    "layer_norm_backward": _fix_layer_norm_backward,
+}
+"""torchax defects fixed once per process (tests/sdk/test_runtime_jax.py pins each)."""
+OPTIMIZER_WORKAROUNDS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "tensor_lr": _tensor_lr,
+    "capturable": _capturable,
+}
+"""torchax defects fixed per optimizer param group."""
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> tx_tensor.Environment:
+    """torchax's environment with trcomp's workarounds, enabled for the whole process."""
+    env = torchax.default_env()
+    for workaround in ENVIRONMENT_WORKAROUNDS.values():
+        workaround(env)
     env.enable_torch_modes()
     return env
 
@@ -194,15 +253,12 @@ def _elem(value: torch.Tensor) -> jax.Array:
 
 def prepare_optimizer(optimizer: torch.optim.Optimizer) -> None:
     """Tensor learning rates and capturable state, so the program reads both as inputs."""
-    env = environment()
     for group in optimizer.param_groups:
-        if "capturable" in group:
-            group["capturable"] = True
         if "foreach" in group and group["foreach"] is None:
+            # One op per tensor traces into the same program as foreach ops, with less code.
             group["foreach"] = False
-        if isinstance(group.get("lr"), float):
-            with env:
-                group["lr"] = torch.tensor(group["lr"], dtype=torch.float32, device="jax")
+        for workaround in OPTIMIZER_WORKAROUNDS.values():
+            workaround(group)
     for state in optimizer.state.values():
         step = state.get("step")
         if isinstance(step, torch.Tensor) and not isinstance(step, tx_tensor.Tensor):

@@ -89,3 +89,53 @@ def test_cpu_inductor_needs_a_cxx_compiler():
     missing = cpu_inductor_check({"CXX": "/nonexistent/c++", "PATH": os.environ["PATH"]})
     assert not missing.ok and "C++ compiler" in missing.reason
     assert cpu_inductor_check({"PATH": os.environ["PATH"]}).ok
+
+
+@pytest.mark.parametrize(
+    ("config", "devices", "expected"),
+    [
+        (TrainingCompilerConfig(backend="xla"), Devices(gpus=8), "jax"),
+        (TrainingCompilerConfig(backend="xla"), Devices(), "torch_xla"),
+        (TrainingCompilerConfig(backend="xla", xla_engine="jax"), Devices(), "jax"),
+        (TrainingCompilerConfig(), Devices(gpus=1), "inductor"),
+        (TrainingCompilerConfig(enabled=False), Devices(gpus=1), None),
+    ],
+)
+def test_resolve_engine(config, devices, expected):
+    from trcomp_container.backends import resolve_engine
+
+    assert resolve_engine(config, resolve_backend(config, devices), devices) == expected
+
+
+def test_jax_engine_refuses_per_device_distributions_and_several_hosts():
+    from trcomp_container.training import _check_jax_distribution
+
+    _check_jax_distribution("jax", "none", ["algo-1"])
+    _check_jax_distribution("inductor", "torch_distributed", ["algo-1", "algo-2"])
+    with pytest.raises(JobFailed, match="one process") as caught:
+        _check_jax_distribution("jax", "torch_distributed", ["algo-1"])
+    assert caught.value.errno == ExitCode.CONFIG
+    with pytest.raises(JobFailed, match="multi-host"):
+        _check_jax_distribution("jax", "none", ["algo-1", "algo-2"])
+
+
+def test_jax_probe_on_a_gpu_host_without_the_cuda_plugin_fails(monkeypatch):
+    """JAX_PLATFORMS=cuda without the plugin: the probe says so instead of running on CPU."""
+    import os
+
+    from trcomp_container.probe import run_probe
+
+    env = {**os.environ, "JAX_PLATFORMS": "cuda"}
+    result = run_probe("jax", 1, env)
+    assert not result.ok
+    assert "cuda" in result.reason.lower()
+
+
+def test_jax_probe_on_cpu_passes():
+    import os
+
+    from trcomp_container.probe import run_probe
+
+    result = run_probe("jax", 0, {**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert result.ok, result.reason
+    assert "torchax 0.0.13" in result.hardware

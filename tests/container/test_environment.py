@@ -66,7 +66,9 @@ def test_cache_off_uses_the_scratch_directory():
 
 
 def test_xla_sets_pjrt_device_and_merges_xla_flags():
-    config = TrainingCompilerConfig(backend="xla", xla_flags=["--xla_cpu_fast_math=false"])
+    config = TrainingCompilerConfig(
+        backend="xla", xla_engine="torch_xla", xla_flags=["--xla_cpu_fast_math=false"]
+    )
     base = {"XLA_FLAGS": "--xla_cpu_fast_math=true --xla_foo"}
     env = env_for(config, "xla", base=base)
     assert env["USE_TORCH_XLA"] == "1"
@@ -108,3 +110,42 @@ def test_fallback_reason_travels_in_trcomp_config():
 
 def test_the_hook_directory_ships_sitecustomize():
     assert (HOOK_DIR / "sitecustomize.py").is_file()
+
+
+def test_jax_engine_sets_platform_cache_allocator_and_engine():
+    config = TrainingCompilerConfig(backend="xla", xla_engine="jax", xla_flags=["--xla_cpu_x"])
+    env = env_for(config, "xla")
+    assert env["TRCOMP_XLA_ENGINE"] == "jax"
+    assert env["JAX_PLATFORMS"] == "cpu"
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert env["JAX_COMPILATION_CACHE_DIR"] == "/opt/ml/checkpoints/trcomp-cache/jax"
+    assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+    assert env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] == "-1"
+    assert env["XLA_FLAGS"] == "--xla_cpu_x"
+    assert env["USE_TORCH_XLA"] == "0"
+    assert "PJRT_DEVICE" not in env and "XLA_PERSISTENT_CACHE_PATH" not in env
+    resolved = json.loads(env["TRCOMP_CONFIG"])
+    assert (resolved["backend"], resolved["engine"]) == ("xla", "jax")
+
+
+def test_auto_engine_is_jax_on_gpus_and_torch_xla_on_cpu():
+    on_gpu = env_for(TrainingCompilerConfig(backend="xla"), "xla", devices=Devices(gpus=8))
+    assert on_gpu["JAX_PLATFORMS"] == "cuda"  # never a silent CPU run
+    assert json.loads(on_gpu["TRCOMP_CONFIG"])["engine"] == "jax"
+    on_cpu = env_for(TrainingCompilerConfig(backend="xla"), "xla")
+    assert on_cpu["PJRT_DEVICE"] == "CPU" and "JAX_PLATFORMS" not in on_cpu
+    assert json.loads(on_cpu["TRCOMP_CONFIG"])["engine"] == "torch_xla"
+
+
+def test_jax_engine_debug_dumps_hlo_into_the_compiler_dir():
+    config = TrainingCompilerConfig(backend="xla", xla_engine="jax", debug=True)
+    env = env_for(config, "xla")
+    assert "--xla_dump_to=/opt/ml/output/data/compiler/xla_dump" in env["XLA_FLAGS"]
+    assert "--xla_dump_hlo_as_text" in env["XLA_FLAGS"]
+    assert env["JAX_LOG_COMPILES"] == "1"
+    assert env["TRCOMP_COMPILER_DIR"] == "/opt/ml/output/data/compiler"
+
+
+def test_jax_cache_goes_to_scratch_when_cache_is_off():
+    config = TrainingCompilerConfig(backend="xla", xla_engine="jax", cache=False)
+    assert env_for(config, "xla")["JAX_COMPILATION_CACHE_DIR"] == "/scratch/jax"

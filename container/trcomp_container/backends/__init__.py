@@ -14,9 +14,10 @@ from trcomp.config import TrainingCompilerConfig
 from trcomp_container.devices import Devices
 from trcomp_container.failures import ExitCode, JobFailed
 
-__all__ = ["ConcreteBackend", "resolve_backend"]
+__all__ = ["ConcreteBackend", "Engine", "resolve_backend", "resolve_engine"]
 
 ConcreteBackend = Literal["xla", "inductor"]
+Engine = Literal["inductor", "torch_xla", "jax"]
 
 
 def resolve_backend(config: TrainingCompilerConfig, devices: Devices) -> ConcreteBackend | None:
@@ -32,3 +33,14 @@ def resolve_backend(config: TrainingCompilerConfig, devices: Devices) -> Concret
             ExitCode.COMPILER_UNAVAILABLE,
         )
     return config.backend
+
+
+def resolve_engine(
+    config: TrainingCompilerConfig, backend: ConcreteBackend | None, devices: Devices
+) -> Engine | None:
+    """What runs the compiled code: inductor, torch-xla or JAX (``None``: eager)."""
+    if backend is None:
+        return None
+    if backend == "inductor":
+        return "inductor"
+    return config.engine_for(nvidia_gpu=devices.kind == "gpu")

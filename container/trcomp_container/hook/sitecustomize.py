@@ -245,9 +245,14 @@ def _xla_report() -> dict[str, Any] | None:
     }
 
 
+def _jax_report() -> dict[str, Any] | None:
+    engine = sys.modules.get("trcomp.runtime_jax")
+    return None if engine is None else engine.STATS.as_dict()
+
+
 def _versions() -> dict[str, str]:
     found = {}
-    for name in ("torch", "torch_xla", "transformers", "accelerate"):
+    for name in ("torch", "torch_xla", "jax", "torchax", "transformers", "accelerate"):
         module = sys.modules.get(name)
         if module is not None:
             found[name] = str(getattr(module, "__version__", "unknown"))
@@ -273,7 +278,9 @@ def _write_debug_reports(rank: str) -> None:
 
 def _dump() -> None:
     directory = os.environ.get("TRCOMP_METRICS_DIR")
-    compiled = _state.compile_events > 0 or "torch_xla" in sys.modules
+    compiled = _state.compile_events > 0 or any(
+        name in sys.modules for name in ("torch_xla", "trcomp.runtime_jax")
+    )
     if not directory or not (_state.steps or compiled or _state.error or _state.warnings):
         return
     rank = os.environ.get("RANK", "0")
@@ -293,6 +300,7 @@ def _dump() -> None:
     try:
         body["compile"] = _compile_report()
         body["xla"] = _xla_report()
+        body["jax"] = _jax_report()
         if os.environ.get("TRCOMP_DEBUG") == "1":
             _write_debug_reports(rank)
     except Exception as exc:
