@@ -63,12 +63,18 @@ DROPPED_LOWERINGS: tuple[Callable[..., Any], ...] = (
 
 @dataclasses.dataclass
 class StepStats:
-    """What the compiled steps of this process did, for the job's summary."""
+    """What the compiled steps of this process did, for the job's summary.
+
+    ``cache_hits`` and ``cache_misses`` count every program JAX looked up in its
+    persistent cache (torchax's op-by-op work outside the step included);
+    ``programs_from_cache`` counts the step programs that came from it.
+    """
 
     programs_compiled: int = 0
     compile_time_s: float = 0.0
     calls: int = 0
     recompiles_after_warmup: int = 0
+    programs_from_cache: int = 0
     cache_hits: int = 0
     cache_misses: int = 0
 
@@ -400,7 +406,10 @@ class CompiledStep:
         finally:
             # Tracing left tracers in the live objects: put the concrete state back.
             _write_state(self.slots, in_paths, originals)
+        hits = STATS.cache_hits
         program.executable = lowered.compile()
+        if STATS.cache_hits > hits:  # read from JAX's persistent cache, not compiled
+            STATS.programs_from_cache += 1
         STATS.compile_time_s += time.perf_counter() - started
         STATS.programs_compiled += 1
         if self.calls > _WARMUP_CALLS:

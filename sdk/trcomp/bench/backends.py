@@ -36,6 +36,7 @@ class BackendSpec:
     name: str
     compiler: str  # "eager" (compiler off), "inductor" or "xla"
     mode: str = "default"
+    engine: str | None = None  # "jax": backend="xla" on the jax engine (torchax)
 
 
 BACKENDS: dict[str, BackendSpec] = {
@@ -45,6 +46,7 @@ BACKENDS: dict[str, BackendSpec] = {
         BackendSpec("inductor", "inductor"),
         BackendSpec("inductor-max-autotune", "inductor", "max-autotune"),
         BackendSpec("xla", "xla"),
+        BackendSpec("jax", "xla", engine="jax"),
     )
 }
 
@@ -64,12 +66,18 @@ def backend_env(name: str, cache_dir: Path, base: Mapping[str, str]) -> dict[str
     cold start, the same directory again a warm one. ``base`` is copied, not changed.
     """
     from trcomp_container.backends import inductor, xla
+    from trcomp_container.backends import jax as jax_engine
 
     spec = get_backend(name)
     env = dict(base)
     # The TRCOMP_CONFIG body the container would export (see trcomp.runtime).
     config: dict[str, Any] = {"enabled": spec.compiler != "eager", "backend": None}
-    if spec.compiler == "xla":
+    if spec.engine == "jax":
+        config.update(backend="xla", engine="jax")
+        env.update(USE_TORCH_XLA="0", XLA_PYTHON_CLIENT_PREALLOCATE="false")
+        env.pop("PJRT_DEVICE", None)
+        env.update(jax_engine.cache_environment(cache_dir))
+    elif spec.compiler == "xla":
         config["backend"] = "xla"
         env["USE_TORCH_XLA"] = "1"
         env.setdefault("PJRT_DEVICE", "CPU")
@@ -109,6 +117,17 @@ class Session:
 
         fused = self.device.type == "cuda"
         return torch.optim.AdamW(params, lr=lr, fused=fused or None, foreach=False)
+
+    def compile_step(self, step: Any) -> Any:
+        """``runtime.compile_step`` on the jax engine; the step itself elsewhere.
+
+        Inductor's rows compile the model (:meth:`compile`) as they always have.
+        """
+        if self.spec.engine != "jax":
+            return step
+        from trcomp import runtime
+
+        return runtime.compile_step(step)
 
     def optimizer_step(self, optimizer: Any) -> None:
         """``runtime.optimizer_step``: ``xm.optimizer_step`` under xla, else ``step()``."""
@@ -165,6 +184,15 @@ def open_session(name: str, device: str = "auto") -> Session:
     cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda was asked for, but torch sees no CUDA device")
+    if spec.engine == "jax":
+        import jax
+
+        if cuda and jax.default_backend() != "gpu":
+            raise RuntimeError(
+                f"JAX runs on {jax.default_backend()} on this GPU host: install trcomp's "
+                "jax-cuda extra (jax-cuda12-plugin), or leave jax out of --backends"
+            )
+        return Session(spec, runtime.device(), f"jax:{jax.devices()[0].device_kind}")
     if spec.compiler == "xla":
         if cuda:
             raise RuntimeError(

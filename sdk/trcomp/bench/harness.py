@@ -92,11 +92,15 @@ class BenchResult:
 
 
 def default_backends() -> tuple[str, ...]:
-    """eager and inductor, plus xla where torch-xla is installed (checked without importing it)."""
+    """eager and inductor, plus xla and jax where torch-xla and torchax are installed.
+
+    Checked without importing them.
+    """
     import importlib.util
 
-    has_xla = importlib.util.find_spec("torch_xla") is not None
-    return ("eager", "inductor", "xla") if has_xla else ("eager", "inductor")
+    found = [name for name in ("torch_xla", "torchax") if importlib.util.find_spec(name)]
+    extra = {"torch_xla": "xla", "torchax": "jax"}
+    return ("eager", "inductor", *(extra[name] for name in found))
 
 
 def _child_env(base: Mapping[str, str]) -> dict[str, str]:
