@@ -104,9 +104,7 @@ def source_root(start: str | os.PathLike[str] | None = None) -> Path:
     return root
 
 
-def container_requirements(
-    wheel: str | os.PathLike[str], *, jax_cuda: bool = False
-) -> list[str]:
+def container_requirements(wheel: str | os.PathLike[str], *, jax_cuda: bool = False) -> list[str]:
     """The requirements the image installs for a trcomp wheel, read from its metadata.
 
     Base requirements and the ``container`` extra, without the client-only SDK;

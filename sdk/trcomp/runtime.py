@@ -100,6 +100,10 @@ def device() -> torch.device:
     if backend() == "xla":
         import torch_xla
 
+        # XLA and CPU tensors cannot share a shallow copy, so Module.to() would give each
+        # module its own new Parameter and untie shared weights (GPT-2's head and
+        # embedding); swapping the tensors in place keeps them one Parameter.
+        torch.__future__.set_swap_module_params_on_conversion(True)
         return torch_xla.device()
     if torch.cuda.is_available():
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))

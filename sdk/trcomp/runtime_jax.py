@@ -299,9 +299,7 @@ def _write(parts: _Parts, params: list[torch.Tensor], path: tuple[Any, ...], val
             state[key] = tx_tensor.Tensor(value, env)
 
 
-def _write_state(
-    slots: _Slots, paths: list[tuple[Any, ...]], arrays: list[Any]
-) -> None:
+def _write_state(slots: _Slots, paths: list[tuple[Any, ...]], arrays: list[Any]) -> None:
     """Make the live state exactly ``paths`` -> ``arrays`` (clearing grads and state not in it)."""
     current, _ = slots.read()
     for path in set(current) - set(paths):
@@ -343,7 +341,9 @@ class CompiledStep:
         leaves, spec = torch_pytree.tree_flatten((args, kwargs))
         tensor_at = [isinstance(leaf, torch.Tensor) for leaf in leaves]
         arg_arrays = [_elem(leaf) for leaf, is_t in zip(leaves, tensor_at, strict=True) if is_t]
-        statics = tuple(None if is_t else leaf for leaf, is_t in zip(leaves, tensor_at, strict=True))
+        statics = tuple(
+            None if is_t else leaf for leaf, is_t in zip(leaves, tensor_at, strict=True)
+        )
         signature = tuple((a.shape, str(a.dtype)) for a in [*state, *arg_arrays])
         key = (tuple(in_paths), str(spec), statics, signature)
         program = self.programs.get(key)

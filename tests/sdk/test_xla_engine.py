@@ -69,7 +69,7 @@ def test_engine_with_inductor_is_an_error() -> None:
 
 
 def test_xla_on_gpu_runs_the_jax_engine_with_a_warning(offline_session, role) -> None:
-    with pytest.warns(CompilerConfigWarning, match="jax engine.*experimental.*compile_step"):
+    with pytest.warns(CompilerConfigWarning, match=r"jax engine.*experimental.*compile_step"):
         make(offline_session, role, "ml.p5.48xlarge", TrainingCompilerConfig(backend="xla"))
 
 
@@ -100,7 +100,7 @@ def test_process_per_device_distributions_are_refused(offline_session, role, nam
 
 
 def test_several_hosts_are_refused(offline_session, role) -> None:
-    with pytest.raises(UnsupportedJobError, match="instance_count=2.*multi-host"):
+    with pytest.raises(UnsupportedJobError, match=r"instance_count=2.*multi-host"):
         make(
             offline_session,
             role,
@@ -111,7 +111,11 @@ def test_several_hosts_are_refused(offline_session, role) -> None:
 
 
 def test_hugging_face_with_the_jax_engine_is_refused(offline_session, role) -> None:
-    with pytest.raises(UnsupportedJobError, match="HF Trainer.*backend='inductor'"):
+    with pytest.raises(UnsupportedJobError, match=r"HF Trainer.*backend='inductor'"):
         make(
-            offline_session, role, "ml.g5.2xlarge", TrainingCompilerConfig(backend="xla"), HuggingFace
+            offline_session,
+            role,
+            "ml.g5.2xlarge",
+            TrainingCompilerConfig(backend="xla"),
+            HuggingFace,
         )

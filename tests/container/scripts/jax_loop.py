@@ -27,7 +27,9 @@ class TinyLM(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(VOCAB, width)
         self.norm = nn.LayerNorm(width)
-        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
         self.head = nn.Linear(width, VOCAB, bias=False)
         self.head.weight = self.embed.weight
         nn.init.normal_(self.embed.weight, std=0.02)
