@@ -15,6 +15,7 @@ is configured here, before the user's process starts:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -48,9 +49,14 @@ def environment(
 
 
 def cache_environment(cache_dir: Path) -> dict[str, str]:
-    """JAX's persistent compilation cache under ``cache_dir``, keeping every program."""
+    """JAX's persistent compilation cache under ``cache_dir``, keeping every program.
+
+    The path is resolved: JAX puts a directory under it into the compile options,
+    which are part of every cache key, so the same cache reached through another
+    path (process mode links each job's checkpoints dir to the user's) would miss.
+    """
     return {
-        "JAX_COMPILATION_CACHE_DIR": str(cache_dir / "jax"),
+        "JAX_COMPILATION_CACHE_DIR": os.path.realpath(cache_dir / "jax"),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
         "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
     }
