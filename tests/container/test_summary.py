@@ -88,3 +88,24 @@ def test_unreadable_xla_cache_becomes_a_warning():
     summary = build_summary([record(0, 3, [0.1, 0.1], xla=xla)], job={}, warnings=["first"])
     assert summary["warnings"][0] == "first"
     assert "persistent cache" in summary["warnings"][1]
+
+
+def test_jax_engine_records_use_the_step_program_counts():
+    jax = {
+        "programs_compiled": 3,
+        "compile_time_s": 6.5,
+        "recompiles_after_warmup": 1,
+        "programs_from_cache": 2,
+        "calls": 30,
+        "cache_hits": 5,
+        "cache_misses": 1,
+    }
+    summary = build_summary(
+        [record(0, 30, [0.1] * 10, jax=jax)], job={"backend": "xla", "engine": "jax"}
+    )
+    metrics = summary["metrics"]
+    assert (metrics["graphs_compiled"], metrics["recompiles"]) == (3, 1)
+    assert metrics["compile_time_s"] == 6.5 and metrics["graph_breaks"] == 0
+    assert summary["engine"] == "jax" and summary["ranks"][0]["jax"] == jax
+    assert "xla on the jax engine" in render_block(summary)
+    assert parse_metrics("\n".join(metric_lines(summary)))["graphs_compiled"] == 3
