@@ -13,6 +13,9 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[container,hf,dev]"
+	# torch-xla 2.9.0 ships an older copy of `torchax`: the pinned torchax must win.
+	$(PY) -m pip install -q --no-deps --force-reinstall "$$($(PY) -c \
+		'import importlib.metadata as m; print(next(r.split(";")[0] for r in m.requires("trcomp") if r.startswith("torchax")))')"
 	touch $@
 
 DEMO_ARGS ?=

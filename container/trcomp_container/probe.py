@@ -97,7 +97,15 @@ def _probe_jax(gpus: int) -> ProbeResult:
             f"({type(exc).__name__}: {exc}): GPU hosts need jax-cuda12-plugin "
             f"{jax.__version__} (trcomp's jax-cuda extra) and a driver for CUDA 12",
         )
-    import torchax  # fails here when torchax does not match the installed torch
+    try:
+        import torchax
+    except ImportError as exc:
+        return ProbeResult(
+            False,
+            f"torchax does not import ({exc}): torch-xla 2.9.0 ships an older torchax copy "
+            "that needs flax; reinstall the pinned one last: pip install --no-deps "
+            "--force-reinstall torchax==0.0.13",
+        )
 
     hardware = f"{jax.default_backend()} x{len(found)}, jax {jax.__version__}"
     if gpus:

@@ -28,6 +28,33 @@ def run_step(workaround_off: str | None = None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def test_the_pinned_set_is_installed_and_torchax_imports_with_torch_2_9() -> None:
+    """torch-xla 2.9.0 ships an older ``torchax`` copy: the pinned package's files must win."""
+    import base64
+    import hashlib
+    import importlib.metadata as metadata
+
+    versions = {name: metadata.version(name) for name in ("torch", "jax", "jaxlib", "torchax")}
+    assert versions["torch"].split("+")[0] == "2.9.0"
+    assert (versions["jax"], versions["jaxlib"], versions["torchax"]) == (
+        "0.10.2",
+        "0.10.2",
+        "0.0.13",
+    )
+    for file in metadata.files("torchax") or []:
+        if file.hash is not None and str(file).endswith(".py"):
+            digest = hashlib.sha256(file.locate().read_bytes()).digest()
+            assert base64.urlsafe_b64encode(digest).rstrip(b"=").decode() == file.hash.value, file
+    done = subprocess.run(
+        [sys.executable, "-c", "import torchax, torch; print(torchax.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.stdout.strip() == "0.0.13", done.stderr[-2000:]
+
+
 def test_compiled_step_matches_eager_in_two_programs() -> None:
     result = run_step()
     assert result["error"] is None
