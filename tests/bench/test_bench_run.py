@@ -119,3 +119,19 @@ def test_find_batch_size_command_on_cpu(
     assert found["batch_size"] == 2 and [t["batch_size"] for t in found["trials"]] == [1, 2]
     assert found["lr_linear"] == pytest.approx(1e-3 * 2 / 8)
     assert "| eager | cpu" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_jax_engine_runs_through_compile_step_and_matches_eager(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torchax")
+    base = {"PATH": "/usr/bin:/bin"}
+    results = {}
+    for backend in ("eager", "jax"):
+        spec = RunSpec(backend=backend, batch_size=4, model=f"{HERE / 'my_model.py'}:make", steps=4)
+        results[backend] = run_measurement(spec, backend_env(backend, tmp_path / backend, base))
+    assert results["jax"]["device"].startswith("jax:")
+    assert any((tmp_path / "jax" / "jax").iterdir())  # JAX's persistent cache was written
+    jax, eager = results["jax"]["losses"], results["eager"]["losses"]
+    assert max(abs(a - b) for a, b in zip(jax, eager, strict=True)) < 1e-4

@@ -86,6 +86,18 @@ def test_backend_env_cold_and_warm_share_nothing_but_the_cache_dir(tmp_path: Pat
         get_backend("tvm")
 
 
+def test_backend_env_for_the_jax_engine(tmp_path: Path) -> None:
+    jax = backend_env("jax", tmp_path / "c", {"PATH": "/bin", "PJRT_DEVICE": "CPU"})
+    assert json.loads(jax["TRCOMP_CONFIG"]) == {
+        "enabled": True,
+        "backend": "xla",
+        "engine": "jax",
+    }
+    assert jax["USE_TORCH_XLA"] == "0" and "PJRT_DEVICE" not in jax
+    assert jax["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "c" / "jax")
+    assert jax["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+
+
 def test_run_spec_round_trips_through_json() -> None:
     spec = RunSpec(backend="xla", batch_size=4, workload="bert", size="tiny", steps=3)
     assert RunSpec.from_json(spec.to_json()) == spec
