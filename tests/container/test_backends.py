@@ -119,7 +119,8 @@ def test_jax_engine_refuses_per_device_distributions_and_several_hosts():
         _check_jax_distribution("jax", "none", ["algo-1", "algo-2"])
 
 
-def test_jax_probe_on_a_gpu_host_without_the_cuda_plugin_fails(monkeypatch):
+@pytest.mark.slow
+def test_jax_probe_on_a_gpu_host_without_the_cuda_plugin_fails():
     """JAX_PLATFORMS=cuda without the plugin: the probe says so instead of running on CPU."""
     import os
 
@@ -131,6 +132,7 @@ def test_jax_probe_on_a_gpu_host_without_the_cuda_plugin_fails(monkeypatch):
     assert "cuda" in result.reason.lower()
 
 
+@pytest.mark.slow
 def test_jax_probe_on_cpu_passes():
     import os
 

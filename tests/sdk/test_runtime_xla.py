@@ -10,6 +10,7 @@ import sys
 import pytest
 
 pytest.importorskip("torch_xla")
+pytestmark = pytest.mark.slow
 
 _CHECK = """
 import torch
