@@ -68,6 +68,8 @@ class StepStats:
     ``cache_hits`` and ``cache_misses`` count every program JAX looked up in its
     persistent cache (torchax's op-by-op work outside the step included);
     ``programs_from_cache`` counts the step programs that came from it.
+    ``devices`` is the size of the data-parallel mesh, ``split_inputs`` how many
+    of the last program's batch inputs were split across it.
     """
 
     programs_compiled: int = 0
@@ -75,6 +77,8 @@ class StepStats:
     calls: int = 0
     recompiles_after_warmup: int = 0
     programs_from_cache: int = 0
+    devices: int = 1
+    split_inputs: int = 0
     cache_hits: int = 0
     cache_misses: int = 0
 
@@ -402,7 +406,7 @@ class CompiledStep:
         started = time.perf_counter()
         originals = list(state)
         try:
-            lowered = jax.jit(traced).lower(state, arg_arrays, env.param.prng)
+            lowered = _jit(traced, len(state), arg_arrays).lower(state, arg_arrays, env.param.prng)
         finally:
             # Tracing left tracers in the live objects: put the concrete state back.
             _write_state(self.slots, in_paths, originals)
@@ -416,6 +420,38 @@ class CompiledStep:
             STATS.recompiles_after_warmup += 1
         self.programs[key] = program
         return program
+
+
+@functools.lru_cache(maxsize=1)
+def data_mesh() -> Any:
+    """A one-axis mesh over every device JAX sees (a host's GPUs), or None for one device."""
+    devices = jax.devices()
+    if len(devices) < 2:
+        return None
+    import numpy as np
+    from jax.sharding import Mesh
+
+    return Mesh(np.array(devices), ("data",))
+
+
+def _jit(traced: Callable[..., Any], n_state: int, arg_arrays: list[Any]) -> Any:
+    """``jax.jit``; on several devices, data parallel: batches split on dim 0, state replicated.
+
+    The program still computes the whole batch's loss and gradients (XLA's SPMD
+    partitioner inserts the reductions), so it matches a one-device run. An input
+    whose first dimension does not divide by the device count is replicated.
+    """
+    mesh = data_mesh()
+    STATS.devices = 1 if mesh is None else mesh.size
+    if mesh is None:
+        return jax.jit(traced)
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    args = [split if a.ndim and a.shape[0] % mesh.size == 0 else replicated for a in arg_arrays]
+    STATS.split_inputs = sum(sharding is split for sharding in args)
+    return jax.jit(traced, in_shardings=([replicated] * n_state, args, replicated))
 
 
 # Step 1 compiles the program that creates the gradients and the optimizer state;

@@ -96,3 +96,13 @@ def test_a_float_learning_rate_is_frozen_into_the_program() -> None:
     """StepLR changes the LR after step 2; a float LR baked into the program ignores it."""
     result = run_step("tensor_lr")
     assert result["error"] is not None or result["diff"] > 1e-3, result
+
+
+def test_several_devices_split_the_batch_and_match_eager(monkeypatch) -> None:
+    """One process, two (host) devices: the data-parallel program equals the eager run."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    result = run_step()
+    assert result["error"] is None
+    assert result["stats"]["devices"] == 2
+    assert result["stats"]["split_inputs"] == 1  # the token batch
+    assert result["diff"] < 1e-4, result
