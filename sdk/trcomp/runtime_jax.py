@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -38,6 +37,8 @@ import torch
 import torchax
 from torch.utils import _pytree as torch_pytree
 from torchax import tensor as tx_tensor
+
+from trcomp._jax_state import Parts, Slots, elem, find_parts, write_state
 
 __all__ = [
     "DROPPED_LOWERINGS",
@@ -179,88 +180,6 @@ def to_cpu(obj: Any) -> Any:
 # -- the traced step ------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class _Parts:
-    """The modules, optimizers and schedulers a step function uses."""
-
-    modules: list[torch.nn.Module]
-    optimizers: list[torch.optim.Optimizer]
-    schedulers: list[Any]
-
-
-def _referenced(fn: Callable[..., Any]) -> Iterator[Any]:
-    closure = inspect.getclosurevars(fn)
-    yield from closure.nonlocals.values()
-    yield from closure.globals.values()
-
-
-def find_parts(fn: Callable[..., Any]) -> _Parts:
-    """The modules, optimizers and LR schedulers ``fn`` names (its globals and closure)."""
-    parts = _Parts([], [], [])
-    for value in _referenced(fn):
-        if isinstance(value, torch.nn.Module):
-            parts.modules.append(value)
-        elif isinstance(value, torch.optim.Optimizer):
-            parts.optimizers.append(value)
-        elif isinstance(value, torch.optim.lr_scheduler.LRScheduler):
-            parts.schedulers.append(value)
-    return parts
-
-
-class _Slots:
-    """Every tensor of the training state, by a stable path, read and written in one order."""
-
-    def __init__(self, parts: _Parts) -> None:
-        self.parts = parts
-        self.params: list[torch.Tensor] = []
-        seen: set[int] = set()
-        for module in parts.modules:
-            for tensor in [*module.parameters(), *module.buffers()]:
-                if id(tensor) not in seen:
-                    seen.add(id(tensor))
-                    self.params.append(tensor)
-        for optimizer in parts.optimizers:
-            for group in optimizer.param_groups:
-                for param in group["params"]:
-                    if id(param) not in seen:
-                        seen.add(id(param))
-                        self.params.append(param)
-
-    def read(self) -> tuple[list[tuple[Any, ...]], list[torch.Tensor]]:
-        """(paths, tensors) of the state as it is now."""
-        paths: list[tuple[Any, ...]] = []
-        tensors: list[torch.Tensor] = []
-        for index, param in enumerate(self.params):
-            paths.append(("param", index))
-            tensors.append(param)
-            if param.grad is not None:
-                paths.append(("grad", index))
-                tensors.append(param.grad)
-        for o, optimizer in enumerate(self.parts.optimizers):
-            for g, group in enumerate(optimizer.param_groups):
-                for key, value in sorted(group.items()):
-                    if isinstance(value, torch.Tensor):
-                        paths.append(("group", o, g, key))
-                        tensors.append(value)
-            for index, param in enumerate(self.params):
-                state = optimizer.state.get(param)
-                for key, value in sorted((state or {}).items()):
-                    if isinstance(value, torch.Tensor):
-                        paths.append(("opt", o, index, key))
-                        tensors.append(value)
-        return paths, tensors
-
-
-def _elem(value: torch.Tensor) -> jax.Array:
-    if not isinstance(value, tx_tensor.Tensor):
-        raise TypeError(
-            f"compile_step found a {value.device} tensor of shape {tuple(value.shape)} in the "
-            "training state; the jax engine needs it on runtime.device(): move the model "
-            "with model.to(runtime.device()) before building the optimizer"
-        )
-    return value.jax()
-
-
 def prepare_optimizer(optimizer: torch.optim.Optimizer) -> None:
     """Tensor learning rates and capturable state, so the program reads both as inputs."""
     for group in optimizer.param_groups:
@@ -273,44 +192,6 @@ def prepare_optimizer(optimizer: torch.optim.Optimizer) -> None:
         step = state.get("step")
         if isinstance(step, torch.Tensor) and not isinstance(step, tx_tensor.Tensor):
             state["step"] = step.to("jax")
-
-
-def _write(parts: _Parts, params: list[torch.Tensor], path: tuple[Any, ...], value: Any) -> None:
-    """Put ``value`` (a JAX array, or None to clear) at ``path`` of the live training state."""
-    env = environment()
-    kind = path[0]
-    if kind == "param":
-        params[path[1]]._elem = value  # type: ignore[attr-defined]
-    elif kind == "grad":
-        param = params[path[1]]
-        if value is None:
-            param.grad = None
-        elif isinstance(param.grad, tx_tensor.Tensor):
-            param.grad._elem = value
-        else:
-            param.grad = tx_tensor.Tensor(value, env)
-    elif kind == "group":
-        _, o, g, key = path
-        parts.optimizers[o].param_groups[g][key]._elem = value
-    else:  # "opt"
-        _, o, index, key = path
-        state = parts.optimizers[o].state[params[index]]
-        if value is None:
-            state.pop(key, None)
-        elif isinstance(state.get(key), tx_tensor.Tensor):
-            state[key]._elem = value
-        else:
-            state[key] = tx_tensor.Tensor(value, env)
-
-
-def _write_state(slots: _Slots, paths: list[tuple[Any, ...]], arrays: list[Any]) -> None:
-    """Make the live state exactly ``paths`` -> ``arrays`` (clearing grads and state not in it)."""
-    current, _ = slots.read()
-    for path in set(current) - set(paths):
-        if path[0] in ("grad", "opt"):
-            _write(slots.parts, slots.params, path, None)
-    for path, array in zip(paths, arrays, strict=True):
-        _write(slots.parts, slots.params, path, array)
 
 
 @dataclasses.dataclass
@@ -326,11 +207,11 @@ class _Program:
 class CompiledStep:
     """A step function run as one XLA program per state layout and input signature."""
 
-    def __init__(self, fn: Callable[..., Any], parts: _Parts) -> None:
+    def __init__(self, fn: Callable[..., Any], parts: Parts) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.parts = parts
-        self.slots = _Slots(parts)
+        self.slots = Slots(parts)
         self.programs: dict[Any, _Program] = {}
         self.calls = 0
         for optimizer in parts.optimizers:
@@ -341,10 +222,10 @@ class CompiledStep:
         self.calls += 1
         STATS.calls += 1
         in_paths, in_tensors = self.slots.read()
-        state = [_elem(t) for t in in_tensors]
+        state = [elem(t) for t in in_tensors]
         leaves, spec = torch_pytree.tree_flatten((args, kwargs))
         tensor_at = [isinstance(leaf, torch.Tensor) for leaf in leaves]
-        arg_arrays = [_elem(leaf) for leaf, is_t in zip(leaves, tensor_at, strict=True) if is_t]
+        arg_arrays = [elem(leaf) for leaf, is_t in zip(leaves, tensor_at, strict=True) if is_t]
         statics = tuple(
             None if is_t else leaf for leaf, is_t in zip(leaves, tensor_at, strict=True)
         )
@@ -354,7 +235,7 @@ class CompiledStep:
         if program is None:
             program = self._compile(key, in_paths, spec, statics, tensor_at, state, arg_arrays)
         out_arrays, new_state, new_key = program.executable(state, arg_arrays, env.param.prng)
-        _write_state(self.slots, program.out_paths, new_state)
+        write_state(env, self.slots, program.out_paths, new_state)
         env._property.content = tx_tensor.RuntimeProperty.override(env.param, prng=new_key)
         for _ in range(program.scheduler_steps):
             for scheduler in self.parts.schedulers:
@@ -385,7 +266,7 @@ class CompiledStep:
         program = _Program()
 
         def traced(state: list[Any], arg_arrays: list[Any], prng: Any) -> Any:
-            _write_state(self.slots, in_paths, state)
+            write_state(env, self.slots, in_paths, state)
             arrays = iter(arg_arrays)
             leaves = [
                 tx_tensor.Tensor(next(arrays), env) if is_t else static
@@ -400,8 +281,8 @@ class CompiledStep:
             out_paths, out_tensors = self.slots.read()
             program.out_paths = out_paths
             out_leaves, program.out_tree = torch_pytree.tree_flatten(result)
-            outs = [_elem(v) if isinstance(v, torch.Tensor) else v for v in out_leaves]
-            return outs, [_elem(t) for t in out_tensors], new_key
+            outs = [elem(v) if isinstance(v, torch.Tensor) else v for v in out_leaves]
+            return outs, [elem(t) for t in out_tensors], new_key
 
         started = time.perf_counter()
         originals = list(state)
@@ -409,7 +290,7 @@ class CompiledStep:
             lowered = _jit(traced, len(state), arg_arrays).lower(state, arg_arrays, env.param.prng)
         finally:
             # Tracing left tracers in the live objects: put the concrete state back.
-            _write_state(self.slots, in_paths, originals)
+            write_state(env, self.slots, in_paths, originals)
         hits = STATS.cache_hits
         program.executable = lowered.compile()
         if STATS.cache_hits > hits:  # read from JAX's persistent cache, not compiled
