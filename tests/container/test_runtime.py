@@ -75,3 +75,20 @@ def test_bad_trcomp_config_says_what_to_do(config_env, monkeypatch):
     runtime._config_from.cache_clear()
     with pytest.raises(ValueError, match="TRCOMP_CONFIG"):
         runtime.backend()
+
+
+def test_compile_step_is_torch_compile_under_inductor_and_the_function_otherwise(config_env):
+    import torch
+
+    def step(x):
+        return (x * 2).sum()
+
+    config_env(enabled=True, backend="inductor", mode="default", fullgraph=True, dynamic=False)
+    compiled = runtime.compile_step(step)
+    assert compiled is not step and getattr(compiled, "_torchdynamo_orig_callable", None) is step
+    assert runtime.engine() == "inductor"
+    config_env(enabled=False, backend=None)
+    assert runtime.compile_step(step) is step and runtime.engine() is None
+    config_env(enabled=True, backend="xla", engine="torch_xla")
+    assert runtime.compile_step(step) is step and runtime.engine() == "torch_xla"
+    assert float(step(torch.ones(2))) == 4.0
