@@ -126,7 +126,9 @@ def _fix_layer_norm_backward(env: tx_tensor.Environment) -> None:
 
 
 def _tensor_lr(group: dict[str, Any]) -> None:
-    if isinstance(group.get("lr"), float):
+    # Only optimizers with capturable state (Adam, AdamW, ...) take a tensor LR;
+    # SGD would read it with .item() inside the trace.
+    if "capturable" in group and isinstance(group.get("lr"), float):
         with environment():
             group["lr"] = torch.tensor(group["lr"], dtype=torch.float32, device="jax")
 
@@ -216,6 +218,16 @@ class CompiledStep:
         self.calls = 0
         for optimizer in parts.optimizers:
             prepare_optimizer(optimizer)
+        for scheduler in parts.schedulers:
+            groups = scheduler.optimizer.param_groups
+            if any(isinstance(group.get("lr"), float) for group in groups):
+                raise TypeError(
+                    f"compile_step cannot follow {type(scheduler).__name__}'s learning rate "
+                    f"for {type(scheduler.optimizer).__name__}: that optimizer reads a float "
+                    "learning rate, which the compiled program would freeze at its first "
+                    "value. Use an optimizer with capturable state (Adam, AdamW) or no LR "
+                    "scheduler inside the step."
+                )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         env = environment()

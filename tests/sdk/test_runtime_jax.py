@@ -106,3 +106,46 @@ def test_several_devices_split_the_batch_and_match_eager(monkeypatch) -> None:
     assert result["stats"]["devices"] == 2
     assert result["stats"]["split_inputs"] == 1  # the token batch
     assert result["diff"] < 1e-4, result
+
+
+_SGD = """
+import torch
+from torch import nn
+from trcomp import runtime_jax as rj
+
+def losses(device, wrap, schedule):
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1) if schedule else None
+
+    def step(x):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+        return loss
+
+    step = wrap(step)
+    return [float(step(torch.ones(3, 4).to(device)).item()) for _ in range(3)]
+
+eager = losses(torch.device("cpu"), lambda fn: fn, False)
+compiled = losses(rj.device(), rj.compile_step, False)
+print(max(abs(a - b) for a, b in zip(eager, compiled)))
+try:
+    losses(rj.device(), rj.compile_step, True)
+except TypeError as exc:
+    print(exc)
+"""
+
+
+def test_sgd_keeps_its_float_lr_and_a_scheduler_on_it_is_refused() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _SGD], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    diff, refusal = done.stdout.strip().splitlines()[-2:]
+    assert float(diff) < 1e-6
+    assert "StepLR" in refusal and "SGD" in refusal and "freeze" in refusal
