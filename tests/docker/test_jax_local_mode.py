@@ -61,6 +61,8 @@ def _fit(tmp: Path, role: str, name: str) -> dict[str, Any]:
         hyperparameters={"steps": 12},
     )
     estimator.fit()
+    # <output_path>/<job name>/output/, as SageMaker lays out its artifacts.
+    output = Path(str(estimator.model_data).removeprefix("file://")).parent
     with tarfile.open(output / "model.tar.gz") as tar:
         losses = json.load(tar.extractfile("losses.json"))  # type: ignore[arg-type]
     with tarfile.open(output / "output.tar.gz") as tar:

@@ -35,7 +35,9 @@ def _fit(tmp: Path, role: str, name: str, config: TrainingCompilerConfig) -> dic
         compiler_config=config,
         hyperparameters={"steps": 12},
     )
-    estimator.fit(wait=True)
+    estimator.fit(wait=True, job_name=f"jax-{name}")
+    # <output_path>/<job name>/output/, as SageMaker lays out its artifacts.
+    out = out / f"jax-{name}" / "output"
     with tarfile.open(out / "model.tar.gz") as tar:
         losses = json.load(tar.extractfile("losses.json"))  # type: ignore[arg-type]
         weights = tar.extractfile("model.pt").read()  # type: ignore[union-attr]
