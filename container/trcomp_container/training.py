@@ -12,6 +12,7 @@ where the toolkit's console script is not on PATH.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -25,8 +26,11 @@ from typing import Any
 
 from trcomp.config import TrainingCompilerConfig
 from trcomp.errors import CompilerConfigError
+from trcomp.gpus import gpu_count, single_process_warning
+from trcomp.instances import describe_instance
+from trcomp_container import cache, network
 from trcomp_container import summary as summary_module
-from trcomp_container.backends import ConcreteBackend, resolve_backend
+from trcomp_container.backends import ConcreteBackend, inductor, resolve_backend
 from trcomp_container.devices import Devices, detect_devices
 from trcomp_container.environment import build_environment
 from trcomp_container.failures import (
@@ -87,6 +91,9 @@ def run_job(job: Job) -> tuple[int, str]:
         exit_code = ExitCode.INTERNAL
         reason = f"trcomp internal error: {type(exc).__name__}: {exc}; please report it\n{tail}"
     finally:
+        live = _live_cache(scratch)
+        if live.is_dir():  # what the job compiled is kept, whatever happened
+            report.facts["cache_files_saved"] = cache.persist(live, job.paths.cache)
         shutil.rmtree(scratch, ignore_errors=True)
     report.facts.update(
         exit_code=exit_code,
@@ -116,10 +123,18 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
         ) from None
     devices = detect_devices(job.num_gpus, job.environ)
     report.facts.update(devices=str(devices), requested_backend=config.backend, debug=config.debug)
+    _require_visible_gpus(job, devices)
+    _warn(report, *devices.notes)
     backend = resolve_backend(config, devices)
     distribution = distribution_of(job.framework_params)
     entry_point = _prepare_code(job)
     base_env = {**job.environ, **job.toolkit_env}
+
+    # Before the start-up check, which compiles a tiny graph into the same cache.
+    cache_warm = config.cache and any(p.is_file() for p in job.paths.cache.rglob("*"))
+    live_cache = _live_cache(scratch)
+    if config.cache and backend is not None:
+        report.facts["cache_files_restored"] = cache.restore(job.paths.cache, live_cache)
 
     def environment(chosen: ConcreteBackend | None, fallback: str | None) -> dict[str, str]:
         return build_environment(
@@ -131,13 +146,12 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
             metrics_dir=metrics_dir,
             scratch_dir=scratch,
             fallback_reason=fallback,
+            cache_dir=live_cache,
         )
 
-    # Before the start-up check, which compiles a tiny graph into the same cache.
-    cache_warm = config.cache and any(p.is_file() for p in job.paths.cache.rglob("*"))
     env = environment(backend, None)
-    if backend is not None:
-        backend, env = _check_backend(config, backend, devices, env, report, environment)
+    if backend is not None or devices.gpus:
+        backend, env, devices = _check_backend(config, backend, devices, env, report, environment)
     cache_dir = job.paths.cache if (config.cache and backend) else None
     report.facts.update(
         backend=backend,
@@ -147,6 +161,9 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
         compiler_dir=str(job.paths.compiler),
     )
     nproc = nproc_per_node(distribution, backend, devices, job.environ)
+    if distribution == "none" and devices.gpus > 1:
+        _warn(report, single_process_warning(job.instance_type or None, devices.gpus))
+    env.update(_launch_environment(job, backend, nproc, env, report))
     command = build_command(
         code_dir=job.paths.code,
         entry_point=entry_point,
@@ -163,6 +180,77 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     print(f"[trcomp] backend={backend or 'eager'} devices={devices} command={command}", flush=True)
     result = run(plan, grace_period_s(job.environ))
     return _outcome(result, metrics_dir, backend, torchrun=distribution != "none")
+
+
+def _warn(report: _Report, *warnings: str) -> None:
+    for warning in warnings:
+        report.warnings.append(warning)
+        print(f"[trcomp] WARNING: {warning}", file=sys.stderr, flush=True)
+
+
+def _live_cache(scratch: Path) -> Path:
+    """Where the compilers write while the job runs (local disk, not the synced checkpoints)."""
+    return scratch / "compile-cache"
+
+
+def _require_visible_gpus(job: Job, devices: Devices) -> None:
+    """Fail before anything starts when the instance has GPUs and the job sees none."""
+    expected = gpu_count(job.instance_type)
+    has_gpus = bool(expected) or describe_instance(job.instance_type).kind == "local_gpu"
+    if not has_gpus or devices.gpus:
+        return
+    count = f"{expected} NVIDIA GPU(s)" if expected else "NVIDIA GPUs"
+    selector = job.environ.get("CUDA_VISIBLE_DEVICES")
+    if devices.host_gpus and selector is not None:
+        why = (
+            f"CUDA_VISIBLE_DEVICES={selector!r} hides all {devices.host_gpus} GPUs that "
+            "nvidia-smi lists; unset it or name visible GPUs"
+        )
+    elif shutil.which("nvidia-smi") is None:
+        why = (
+            "nvidia-smi is not in the container, so the NVIDIA container runtime did not mount "
+            f"the driver (NVIDIA_VISIBLE_DEVICES={job.environ.get('NVIDIA_VISIBLE_DEVICES')!r}). "
+            "Use an image that sets NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES="
+            "compute,utility (trcomp's image does); in local_gpu mode install the NVIDIA "
+            "Container Toolkit"
+        )
+    else:
+        why = "nvidia-smi lists no GPU: the driver does not see them; check `nvidia-smi` on the host"
+    raise JobFailed(
+        f"{job.instance_type} has {count} but the job sees none: {why}. trcomp does not train "
+        "on CPU on a GPU instance.",
+        ExitCode.COMPILER_UNAVAILABLE,
+    )
+
+
+def _launch_environment(
+    job: Job, backend: ConcreteBackend | None, nproc: int, env: dict[str, str], report: _Report
+) -> dict[str, str]:
+    """Variables that depend on the launch: compile threads per rank, NCCL/EFA across hosts."""
+    extra: dict[str, str] = {}
+    if backend == "inductor":
+        extra.update(
+            {k: v for k, v in inductor.compile_threads(job.num_cpus, nproc).items() if k not in env}
+        )
+    efa = network.efa_device_count()
+    extra.update(
+        network.distributed_environment(
+            hosts=job.hosts,
+            instance_type=job.instance_type or None,
+            network_interface=job.network_interface or None,
+            efa_devices=efa,
+            environ=env,
+        )
+    )
+    warning = network.efa_warning(
+        hosts=job.hosts,
+        efa_devices=efa,
+        plugin=network.nccl_net_plugin(env),
+        instance_type=job.instance_type or None,
+    )
+    if warning:
+        _warn(report, warning)
+    return extra
 
 
 def _prepare_code(job: Job) -> str:
@@ -197,36 +285,54 @@ def _prepare_code(job: Job) -> str:
 
 def _check_backend(
     config: TrainingCompilerConfig,
-    backend: ConcreteBackend,
+    backend: ConcreteBackend | None,
     devices: Devices,
     env: dict[str, str],
     report: _Report,
     environment: Callable[[ConcreteBackend | None, str | None], dict[str, str]],
-) -> tuple[ConcreteBackend | None, dict[str, str]]:
-    result = run_probe(backend, devices.gpus, env)
+) -> tuple[ConcreteBackend | None, dict[str, str], Devices]:
+    """Probe the backend (or, compiler off, torch's view of the GPUs) in a child.
+
+    Returns the backend to run (None after a fallback to eager), its environment
+    and the devices, with the GPU count torch actually sees.
+    """
+    result = run_probe(backend or "eager", devices.gpus, env)
     report.facts["hardware"] = result.hardware
+    if devices.gpus and result.gpus_seen and result.gpus_seen != devices.gpus:
+        _warn(
+            report,
+            f"nvidia-smi and CUDA_VISIBLE_DEVICES give {devices.gpus} GPU(s) but torch sees "
+            f"{result.gpus_seen}: the job uses the {result.gpus_seen} torch sees",
+        )
+        devices = dataclasses.replace(devices, gpus=result.gpus_seen)
+        report.facts["devices"] = str(devices)
     if result.ok:
-        return backend, env
-    if devices.gpus:
+        return backend, env, devices
+    if devices.gpus and not result.gpus_seen:
+        what = f"backend={backend!r}" if backend else "torch"
         raise JobFailed(
-            f"backend={backend!r} cannot drive the {devices} of this host: {result.reason}. "
-            "Use backend='inductor' (or 'auto') on NVIDIA GPUs; trcomp never trains on CPU "
-            "while GPUs are present.",
+            f"{what} cannot drive the {devices} of this host: {result.reason}. "
+            + ("Use backend='inductor' (or 'auto') on NVIDIA GPUs; " if backend == "xla" else "")
+            + "trcomp never trains on CPU while GPUs are present.",
+            ExitCode.COMPILER_UNAVAILABLE,
+        )
+    if backend is None:
+        raise JobFailed(
+            f"torch cannot start on the {devices}: {result.reason}. Fix the image.",
             ExitCode.COMPILER_UNAVAILABLE,
         )
     if config.fallback == "fail":
         raise JobFailed(
-            f"the {backend} compiler cannot start: {result.reason}. Fix the image, or set "
-            "fallback='eager' to run uncompiled.",
+            f"the {backend} compiler cannot start: {result.reason}. Fix the image, or "
+            "set fallback='eager' to run uncompiled.",
             ExitCode.COMPILER_UNAVAILABLE,
         )
     warning = (
         f"the {backend} compiler cannot start ({result.reason}); running EAGER (uncompiled) "
-        "because fallback='eager'"
+        f"on the {devices} because fallback='eager'"
     )
-    report.warnings.append(warning)
-    print(f"[trcomp] WARNING: {warning}", file=sys.stderr, flush=True)
-    return None, environment(None, warning)
+    _warn(report, warning)
+    return None, environment(None, warning), devices
 
 
 def _outcome(

@@ -13,7 +13,9 @@ The estimators wrap the SDK's ``fit()`` in :func:`docker_job`, which
    and mounts a ``file://`` ``checkpoint_s3_uri`` at the job's checkpoint path
    (:mod:`trcomp.local.checkpoints`), so checkpoints and compile caches outlive
    the container;
-2. labels the job's containers (through the session's ``local.container_config``)
+2. labels the job's containers and gives them a large ``/dev/shm``
+   (:func:`shm_size`; Docker's default of 64 MB breaks NCCL between GPUs and
+   DataLoader workers), both through the session's ``local.container_config``,
    and keeps the SDK's scratch files in a directory of its own;
 3. turns a failed run into a :class:`~trcomp.errors.LocalModeError` carrying
    the job's own failure reason (``/opt/ml/output/failure``, which local mode
@@ -51,7 +53,14 @@ from trcomp.local import local_path
 from trcomp.local.checkpoints import checkpoint_mount
 from trcomp.local.docker_checks import compose_command, preflight, run_docker
 
-__all__ = ["JOB_LABEL", "compose_command", "docker_job", "failure_reason", "preflight"]
+__all__ = [
+    "JOB_LABEL",
+    "compose_command",
+    "docker_job",
+    "failure_reason",
+    "preflight",
+    "shm_size",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -262,6 +271,16 @@ def _user_dirs(estimator: Any, scratch: Path) -> list[Path]:
 # -- the wrapper --------------------------------------------------------------------
 
 
+def shm_size(memory_bytes: int | None = None) -> str:
+    """``shm_size`` for local-mode containers: half the host's memory (a limit, not a reservation).
+
+    /dev/shm is a tmpfs: it takes memory only for what is written there.
+    """
+    if memory_bytes is None:
+        memory_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return f"{max(1, memory_bytes // 2 // 2**30)}g"
+
+
 @contextlib.contextmanager
 def _local_config(session: Any, scratch: Path, job_id: str) -> Iterator[None]:
     """Point the session's local-mode settings at our scratch dir and label, then restore."""
@@ -273,6 +292,7 @@ def _local_config(session: Any, scratch: Path, job_id: str) -> Iterator[None]:
     labels = dict(container_config.get("labels") or {})
     labels[JOB_LABEL] = job_id
     container_config["labels"] = labels
+    container_config.setdefault("shm_size", shm_size())  # a size the user set wins
     local["container_config"] = container_config
     config["local"] = local
     session.config = config
