@@ -26,7 +26,7 @@ from typing import Any
 
 from trcomp.config import TrainingCompilerConfig
 from trcomp.errors import CompilerConfigError
-from trcomp.gpus import gpu_count, single_process_warning
+from trcomp.gpus import gpu_count
 from trcomp.instances import describe_instance
 from trcomp_container import cache, network
 from trcomp_container import summary as summary_module
@@ -48,6 +48,7 @@ from trcomp_container.launch import (
     distribution_of,
     grace_period_s,
     nproc_per_node,
+    single_process_note,
 )
 from trcomp_container.probe import run_probe
 from trcomp_container.runner import RunResult, run, wait_for_hosts
@@ -161,8 +162,9 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
         compiler_dir=str(job.paths.compiler),
     )
     nproc = nproc_per_node(distribution, backend, devices, job.environ)
-    if distribution == "none" and devices.gpus > 1:
-        _warn(report, single_process_warning(job.instance_type or None, devices.gpus))
+    note = single_process_note(distribution, devices, job.instance_type or None)
+    if note:
+        _warn(report, note)
     env.update(_launch_environment(job, backend, nproc, env, report))
     command = build_command(
         code_dir=job.paths.code,
