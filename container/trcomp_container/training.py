@@ -217,7 +217,9 @@ def _require_visible_gpus(job: Job, devices: Devices) -> None:
             "Container Toolkit"
         )
     else:
-        why = "nvidia-smi lists no GPU: the driver does not see them; check `nvidia-smi` on the host"
+        why = (
+            "nvidia-smi lists no GPU: the driver does not see them; check `nvidia-smi` on the host"
+        )
     raise JobFailed(
         f"{job.instance_type} has {count} but the job sees none: {why}. trcomp does not train "
         "on CPU on a GPU instance.",

@@ -19,7 +19,7 @@ from trcomp_container.environment import HOOK_DIR
 from trcomp_container.summary import steady_step_time
 
 sys.path.insert(0, str(HOOK_DIR))
-from trcomp_stepclock import StepClock  # noqa: E402
+from trcomp_stepclock import StepClock
 
 STEP_S = 0.05
 

@@ -75,7 +75,11 @@ def _outcome(done: Any, body: Any) -> dict[str, Any]:
     if done.timed_out:
         return {**result, "status": "timed out", "stderr_tail": done.stderr[-1500:]}
     if done.returncode != 0 or body is None:
-        return {**result, "status": f"failed (exit {done.returncode})", "stderr_tail": done.stderr[-1500:]}  # noqa: E501
+        return {
+            **result,
+            "status": f"failed (exit {done.returncode})",
+            "stderr_tail": done.stderr[-1500:],
+        }
     return {**result, "status": "ok", **body}
 
 
@@ -105,7 +109,9 @@ def check_visible_devices(args: argparse.Namespace, cap: float) -> dict[str, Any
         trcomp_count = detect_devices(len(gpus), env, listing).gpus
         done = run_capped([sys.executable, "-c", _COUNT], deadline - time.monotonic(), env=env)
         torch_count = int(done.stdout.strip() or -1) if done.returncode == 0 else None
-        cases.append({"CUDA_VISIBLE_DEVICES": selector, "trcomp": trcomp_count, "torch": torch_count})
+        cases.append(
+            {"CUDA_VISIBLE_DEVICES": selector, "trcomp": trcomp_count, "torch": torch_count}
+        )
     agree = all(case["trcomp"] == case["torch"] for case in cases)
     return {"status": "ok" if agree else "MISMATCH", "host_gpus": len(gpus), "cases": cases}
 
@@ -132,8 +138,13 @@ def check_probe(args: argparse.Namespace, cap: float) -> dict[str, Any]:
     return {
         "status": "ok" if good.ok and not broken.ok else "FAILED",
         "gpus": gpus,
-        "probe": {"ok": good.ok, "reason": good.reason, "hardware": good.hardware,
-                  "gpus_seen": good.gpus_seen, "seconds": round(seconds, 1)},  # fmt: skip
+        "probe": {
+            "ok": good.ok,
+            "reason": good.reason,
+            "hardware": good.hardware,
+            "gpus_seen": good.gpus_seen,
+            "seconds": round(seconds, 1),
+        },
         "probe_without_c_compiler": {"ok": broken.ok, "reason": broken.reason[:600]},
     }
 
@@ -184,8 +195,9 @@ def check_step_metric(args: argparse.Namespace, cap: float) -> dict[str, Any]:
 def check_ddp(args: argparse.Namespace, cap: float) -> dict[str, Any]:
     if not args.dry_run and len(_listed()) < 2:
         return {"status": "skipped: fewer than 2 GPUs"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               "-m", "trcomp.bench.gpu_check_body", "ddp", "--steps", str(args.steps)]  # fmt: skip
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", "2", "-m", "trcomp.bench.gpu_check_body", "ddp"]
+    command += ["--steps", str(args.steps)]
     command += ["--dry-run"] if args.dry_run else []
     env = _env(args) if args.dry_run else _env(args, CUDA_VISIBLE_DEVICES="0,1")
     done = run_capped(command, cap, env=env)
@@ -252,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
                 result = {"status": f"error: {type(exc).__name__}: {exc}"}
             result.setdefault("seconds", round(time.monotonic() - start, 1))
             if check.name == "environment":
-                meta["versions"] = {k: v for k, v in result.items() if k not in ("status", "seconds")}
+                meta["versions"] = {
+                    k: v for k, v in result.items() if k not in ("status", "seconds")
+                }
             log.add({"check": check.name, **result})
             failed |= not str(result.get("status", "")).startswith(("ok", "skipped"))
             print(f"[gpu_check] {check.name}: {result.get('status')}", file=sys.stderr, flush=True)

@@ -13,20 +13,21 @@ runs one training step and returns the loss; add a backend by adding one.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from trcomp.bench.gpu_runs import MARK
 
-__all__ = ["ENGINES", "Engine", "make_model", "main"]
+__all__ = ["ENGINES", "Engine", "main", "make_model"]
 
 Engine = Callable[[nn.Module, torch.optim.Optimizer, tuple[torch.Tensor, torch.Tensor]], Any]
 
@@ -65,7 +66,8 @@ def _compiled(config: dict[str, Any]) -> Engine:
     def engine(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Any) -> Any:
         from trcomp.runtime import compile_kwargs
 
-        return _stepper(torch.compile(model, **compile_kwargs(config)), optimizer, batch)
+        compiled = cast(nn.Module, torch.compile(model, **compile_kwargs(config)))
+        return _stepper(compiled, optimizer, batch)
 
     return engine
 
@@ -164,7 +166,7 @@ def part_step_metric(args: argparse.Namespace) -> dict[str, Any]:
         cpu_marks.append(time.perf_counter())  # what an unsynchronized clock would see
     _sync(device)
     total = time.perf_counter() - start
-    cpu = [b - a for a, b in zip(cpu_marks, cpu_marks[1:], strict=False)]
+    cpu = [b - a for a, b in itertools.pairwise(cpu_marks)]
     return {
         "device": str(device),
         "steps_timed": args.steps,
@@ -204,8 +206,8 @@ def part_ddp(args: argparse.Namespace) -> dict[str, Any] | None:
     timings["all_reduce_only"] = _timed(all_reduce, device, 2, args.steps)
     variants: dict[str, Callable[[nn.Module], nn.Module]] = {
         "ddp_eager": lambda m: DDP(m),
-        "ddp_of_compiled": lambda m: DDP(torch.compile(m)),  # what docs/runtime.md says
-        "compiled_ddp": lambda m: torch.compile(DDP(m)),
+        "ddp_of_compiled": lambda m: DDP(cast(nn.Module, torch.compile(m))),  # docs/runtime.md
+        "compiled_ddp": lambda m: cast(nn.Module, torch.compile(DDP(m))),
     }
     if args.dry_run:
         variants = {"ddp_eager": variants["ddp_eager"]}

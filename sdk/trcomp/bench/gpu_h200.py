@@ -203,7 +203,9 @@ def _markdown(log: ResultLog) -> str:
         f"triton {versions.get('triton')}, CUDA {versions.get('cuda')}, "
         f"driver {versions.get('driver')}; dry run: {log.meta.get('dry_run')}\n\n"
     )
-    skipped = [f"- {e['model']}/{e['backend']}: {e['status']}" for e in log.entries if "result" not in e]
+    skipped = [
+        f"- {e['model']}/{e['backend']}: {e['status']}" for e in log.entries if "result" not in e
+    ]
     return head + format_report(results) + ("\n" + "\n".join(skipped) if skipped else "")
 
 
