@@ -26,11 +26,9 @@ from typing import Any
 
 from trcomp.config import TrainingCompilerConfig
 from trcomp.errors import CompilerConfigError
-from trcomp.gpus import gpu_count
-from trcomp.instances import describe_instance
-from trcomp_container import cache, network
+from trcomp_container import cache
 from trcomp_container import summary as summary_module
-from trcomp_container.backends import ConcreteBackend, inductor, resolve_backend
+from trcomp_container.backends import ConcreteBackend, resolve_backend
 from trcomp_container.devices import Devices, detect_devices
 from trcomp_container.environment import build_environment
 from trcomp_container.failures import (
@@ -40,6 +38,7 @@ from trcomp_container.failures import (
     torchrun_root_cause,
     write_failure,
 )
+from trcomp_container.gpu_setup import launch_environment, require_visible_gpus
 from trcomp_container.hints import hint_for
 from trcomp_container.job import Job
 from trcomp_container.launch import (
@@ -124,7 +123,7 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
         ) from None
     devices = detect_devices(job.num_gpus, job.environ)
     report.facts.update(devices=str(devices), requested_backend=config.backend, debug=config.debug)
-    _require_visible_gpus(job, devices)
+    require_visible_gpus(job, devices)
     _warn(report, *devices.notes)
     backend = resolve_backend(config, devices)
     distribution = distribution_of(job.framework_params)
@@ -165,7 +164,9 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     note = single_process_note(distribution, devices, job.instance_type or None)
     if note:
         _warn(report, note)
-    env.update(_launch_environment(job, backend, nproc, env, report))
+    extra, warnings = launch_environment(job, backend, nproc, env)
+    env.update(extra)
+    _warn(report, *warnings)
     command = build_command(
         code_dir=job.paths.code,
         entry_point=entry_point,
@@ -193,68 +194,6 @@ def _warn(report: _Report, *warnings: str) -> None:
 def _live_cache(scratch: Path) -> Path:
     """Where the compilers write while the job runs (local disk, not the synced checkpoints)."""
     return scratch / "compile-cache"
-
-
-def _require_visible_gpus(job: Job, devices: Devices) -> None:
-    """Fail before anything starts when the instance has GPUs and the job sees none."""
-    expected = gpu_count(job.instance_type)
-    has_gpus = bool(expected) or describe_instance(job.instance_type).kind == "local_gpu"
-    if not has_gpus or devices.gpus:
-        return
-    count = f"{expected} NVIDIA GPU(s)" if expected else "NVIDIA GPUs"
-    selector = job.environ.get("CUDA_VISIBLE_DEVICES")
-    if devices.host_gpus and selector is not None:
-        why = (
-            f"CUDA_VISIBLE_DEVICES={selector!r} hides all {devices.host_gpus} GPUs that "
-            "nvidia-smi lists; unset it or name visible GPUs"
-        )
-    elif shutil.which("nvidia-smi") is None:
-        why = (
-            "nvidia-smi is not in the container, so the NVIDIA container runtime did not mount "
-            f"the driver (NVIDIA_VISIBLE_DEVICES={job.environ.get('NVIDIA_VISIBLE_DEVICES')!r}). "
-            "Use an image that sets NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES="
-            "compute,utility (trcomp's image does); in local_gpu mode install the NVIDIA "
-            "Container Toolkit"
-        )
-    else:
-        why = (
-            "nvidia-smi lists no GPU: the driver does not see them; check `nvidia-smi` on the host"
-        )
-    raise JobFailed(
-        f"{job.instance_type} has {count} but the job sees none: {why}. trcomp does not train "
-        "on CPU on a GPU instance.",
-        ExitCode.COMPILER_UNAVAILABLE,
-    )
-
-
-def _launch_environment(
-    job: Job, backend: ConcreteBackend | None, nproc: int, env: dict[str, str], report: _Report
-) -> dict[str, str]:
-    """Variables that depend on the launch: compile threads per rank, NCCL/EFA across hosts."""
-    extra: dict[str, str] = {}
-    if backend == "inductor":
-        extra.update(
-            {k: v for k, v in inductor.compile_threads(job.num_cpus, nproc).items() if k not in env}
-        )
-    efa = network.efa_device_count()
-    extra.update(
-        network.distributed_environment(
-            hosts=job.hosts,
-            instance_type=job.instance_type or None,
-            network_interface=job.network_interface or None,
-            efa_devices=efa,
-            environ=env,
-        )
-    )
-    warning = network.efa_warning(
-        hosts=job.hosts,
-        efa_devices=efa,
-        plugin=network.nccl_net_plugin(env),
-        instance_type=job.instance_type or None,
-    )
-    if warning:
-        _warn(report, warning)
-    return extra
 
 
 def _prepare_code(job: Job) -> str:

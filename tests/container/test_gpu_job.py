@@ -11,6 +11,7 @@ from trcomp.config import TrainingCompilerConfig
 from trcomp_container import training
 from trcomp_container.devices import Devices, detect_devices
 from trcomp_container.failures import ExitCode, JobFailed
+from trcomp_container.gpu_setup import launch_environment, require_visible_gpus
 from trcomp_container.job import Job, JobPaths
 from trcomp_container.launch import nproc_per_node, single_process_note
 from trcomp_container.probe import ProbeResult
@@ -41,7 +42,7 @@ def test_a_gpu_instance_that_sees_no_gpu_fails_before_training(
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi in this "container"
     with pytest.raises(JobFailed) as caught:
-        training._require_visible_gpus(job(tmp_path, instance_type), Devices())
+        require_visible_gpus(job(tmp_path, instance_type), Devices())
     assert caught.value.errno == ExitCode.COMPILER_UNAVAILABLE
     assert "sees none" in caught.value.reason
     assert "NVIDIA_VISIBLE_DEVICES=all" in caught.value.reason
@@ -52,13 +53,22 @@ def test_cuda_visible_devices_that_hides_every_gpu_is_named(tmp_path: Path) -> N
     the_job = job(tmp_path, "ml.p4d.24xlarge", CUDA_VISIBLE_DEVICES="")
     devices = detect_devices(8, the_job.environ, EIGHT)
     with pytest.raises(JobFailed, match="CUDA_VISIBLE_DEVICES='' hides all 8 GPUs"):
-        training._require_visible_gpus(the_job, devices)
+        require_visible_gpus(the_job, devices)
 
 
 def test_cpu_instances_and_gpu_instances_with_gpus_pass(tmp_path: Path) -> None:
-    training._require_visible_gpus(job(tmp_path, "ml.c5.xlarge"), Devices())
-    training._require_visible_gpus(job(tmp_path, "local_process"), Devices())
-    training._require_visible_gpus(job(tmp_path, "ml.g5.2xlarge"), Devices(gpus=1))
+    require_visible_gpus(job(tmp_path, "ml.c5.xlarge"), Devices())
+    require_visible_gpus(job(tmp_path, "local_process"), Devices())
+    require_visible_gpus(job(tmp_path, "ml.g5.2xlarge"), Devices(gpus=1))
+
+
+def test_compile_threads_share_the_cpus_and_the_users_value_wins(tmp_path: Path) -> None:
+    the_job = job(tmp_path, "ml.p4d.24xlarge")  # 96 CPUs
+    extra, warnings = launch_environment(the_job, "inductor", 8, {})
+    assert extra == {"TORCHINDUCTOR_COMPILE_THREADS": "12"} and warnings == []
+    mine = {"TORCHINDUCTOR_COMPILE_THREADS": "4"}
+    assert launch_environment(the_job, "inductor", 8, mine) == ({}, [])
+    assert launch_environment(the_job, None, 8, {}) == ({}, [])
 
 
 def test_two_visible_of_eight_launch_two_processes() -> None:
