@@ -8,7 +8,6 @@ resourceconfig.json. Hyperparameters are argv elements: no shell ever parses the
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,7 +26,6 @@ __all__ = [
     "build_command",
     "distribution_of",
     "entry_point_command",
-    "grace_period_s",
     "nproc_per_node",
     "single_process_note",
 ]
@@ -168,9 +166,3 @@ def build_command(
     if single[1] == "-m":
         torchrun.append("--module")
     return [*torchrun, *single[1:], *user_args]
-
-
-def grace_period_s(environ: Mapping[str, str] = os.environ) -> float:
-    """Seconds the script gets after SIGTERM before SIGKILL (``TRCOMP_SIGTERM_GRACE_S``)."""
-    # SageMaker sends SIGKILL 120 s after SIGTERM; leave time to write the summary.
-    return float(environ.get("TRCOMP_SIGTERM_GRACE_S", "100"))

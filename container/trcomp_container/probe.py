@@ -22,7 +22,14 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["ProbeResult", "compile_tiny_graph", "cpu_inductor_check", "probe", "run_probe"]
+__all__ = [
+    "ProbeResult",
+    "compile_tiny_graph",
+    "cpu_inductor_check",
+    "probe",
+    "run_probe",
+    "unknown_inductor_options",
+]
 
 _TIMEOUT_S = 600
 
@@ -190,6 +197,35 @@ def run_probe(backend: str, gpus: int, env: Mapping[str, str]) -> ProbeResult:
     return ProbeResult(
         False, f"the {backend} check exited with {done.returncode}: " + " | ".join(tail)
     )
+
+
+_UNKNOWN_OPTIONS = (
+    "import json, sys\n"
+    "import torch._inductor.config as config\n"
+    "known = config.get_config_copy()\n"
+    "print(json.dumps([key for key in json.loads(sys.argv[1]) if key not in known]))\n"
+)
+
+
+def unknown_inductor_options(options: Mapping[str, object], env: Mapping[str, str]) -> list[str]:
+    """The keys of ``options`` that this torch's ``torch._inductor.config`` does not have.
+
+    Checked in a child with the job's environment (the torch the script will
+    import), so the entrypoint itself never imports torch.
+    """
+    child_env = {k: v for k, v in env.items() if k != "TRCOMP_METRICS_DIR"}
+    done = subprocess.run(
+        [sys.executable, "-c", _UNKNOWN_OPTIONS, json.dumps(list(options))],
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=_TIMEOUT_S,
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-5:])
+        raise RuntimeError(f"could not read torch._inductor.config: {tail}")
+    return [str(key) for key in json.loads(lines[-1])]
 
 
 if __name__ == "__main__":

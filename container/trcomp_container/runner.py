@@ -1,15 +1,15 @@
 """Run a :class:`~trcomp_container.launch.LaunchPlan`: the only module that starts the script.
 
-The script runs in its own process group, so SIGTERM (StopTrainingJob, or
-Ctrl-C in local mode) reaches every process it started, torchrun workers
-included; after a grace period the group gets SIGKILL. Standard error is
-passed through and its tail kept for the failure file.
+The script runs in its own session (:class:`trcomp.proctree.TreeProcess`), so
+SIGTERM (StopTrainingJob, or Ctrl-C in local mode) reaches every process it
+started, torchrun workers included; after a grace period the whole tree gets
+SIGKILL, and a second Ctrl-C kills it at once. Standard error is passed
+through and its tail kept for the failure file.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import os
 import signal
 import socket
@@ -18,9 +18,9 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from types import FrameType
 from typing import IO
 
+from trcomp.proctree import TreeProcess
 from trcomp_container.launch import LaunchPlan
 
 __all__ = ["RunResult", "run", "wait_for_hosts"]
@@ -66,55 +66,29 @@ def _tee(source: IO[bytes], sink: IO[bytes], tail: collections.deque[bytes]) -> 
             size -= len(tail.popleft())
 
 
-def _signal_group(pgid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
 def run(plan: LaunchPlan, grace_s: float) -> RunResult:
-    """Start the plan, forward SIGTERM/SIGINT to its group, wait, and report."""
+    """Start the plan, stop its tree on SIGTERM/SIGINT (SIGKILL after ``grace_s``), report."""
     started = time.monotonic()
-    proc = subprocess.Popen(
+    # If `train` itself dies (killed from outside), nobody is left to enforce the
+    # grace period: the script is killed with it.
+    tree = TreeProcess(
         plan.command,
         env=plan.env,
         cwd=plan.cwd,
         stderr=subprocess.PIPE,
-        start_new_session=True,
+        parent_death_signal=signal.SIGKILL,
     )
-    assert proc.stderr is not None
+    stderr = tree.popen.stderr
+    assert stderr is not None
     tail: collections.deque[bytes] = collections.deque()
-    reader = threading.Thread(target=_tee, args=(proc.stderr, sys.stderr.buffer, tail), daemon=True)
+    reader = threading.Thread(target=_tee, args=(stderr, sys.stderr.buffer, tail), daemon=True)
     reader.start()
-    stopped: list[int] = []
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        if stopped:
-            return
-        stopped.append(signum)
-        print(
-            f"[trcomp] received {signal.Signals(signum).name}: forwarding SIGTERM to the "
-            f"training processes; SIGKILL in {grace_s:.0f} s unless they exit",
-            file=sys.stderr,
-            flush=True,
-        )
-        _signal_group(proc.pid, signal.SIGTERM)
-        timer = threading.Timer(grace_s, _signal_group, args=(proc.pid, signal.SIGKILL))
-        timer.daemon = True
-        timer.start()
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        returncode = proc.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    # Leftovers (data loader workers, compile workers) must not outlive the job.
-    _signal_group(proc.pid, signal.SIGKILL)
+    returncode, stopped_by, _ = tree.wait(grace_s, "the training processes")
     reader.join(timeout=5)
     text = b"".join(tail).decode("utf-8", errors="replace")
     return RunResult(
         returncode=returncode,
-        stopped_by=stopped[0] if stopped else None,
+        stopped_by=stopped_by,
         stderr_tail=text,
         duration_s=time.monotonic() - started,
     )

@@ -114,6 +114,7 @@ def build_summary(
                 "step_clock": record.get("step_clock", "cpu"),
                 **metrics,
                 "graph_break_reasons": compile_info.get("graph_break_reasons", {}),
+                "compile_cache": compile_info.get("cache"),
                 "xla": record.get("xla"),
                 "error": record.get("error"),
             }

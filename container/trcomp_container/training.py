@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,8 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trcomp.checkpoints import CHECKPOINT_URI_ENV
 from trcomp.config import TrainingCompilerConfig
 from trcomp.errors import CompilerConfigError
+from trcomp.proctree import grace_s
 from trcomp_container import cache
 from trcomp_container import summary as summary_module
 from trcomp_container.backends import ConcreteBackend, resolve_backend
@@ -45,11 +48,10 @@ from trcomp_container.launch import (
     LaunchPlan,
     build_command,
     distribution_of,
-    grace_period_s,
     nproc_per_node,
     single_process_note,
 )
-from trcomp_container.probe import run_probe
+from trcomp_container.probe import run_probe, unknown_inductor_options
 from trcomp_container.runner import RunResult, run, wait_for_hosts
 
 __all__ = ["main", "run_job"]
@@ -126,6 +128,8 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     require_visible_gpus(job, devices)
     _warn(report, *devices.notes)
     backend = resolve_backend(config, devices)
+    # Known before anything else can fail: the summary must not say "compiler off".
+    report.facts.update(backend=backend)
     distribution = distribution_of(job.framework_params)
     entry_point = _prepare_code(job)
     base_env = {**job.environ, **job.toolkit_env}
@@ -152,11 +156,13 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     env = environment(backend, None)
     if backend is not None or devices.gpus:
         backend, env, devices = _check_backend(config, backend, devices, env, report, environment)
+    if backend == "inductor" and config.inductor_options:
+        _check_inductor_options(config, env)
     cache_dir = job.paths.cache if (config.cache and backend) else None
     report.facts.update(
         backend=backend,
         distribution=distribution,
-        cache_dir=str(cache_dir) if cache_dir else None,
+        cache_dir=_cache_location(job) if cache_dir else None,
         cache_warm=bool(cache_dir and cache_warm),
         compiler_dir=str(job.paths.compiler),
     )
@@ -181,7 +187,7 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     report.facts.update(command=command, nproc_per_node=nproc, hosts=job.hosts)
     wait_for_hosts(job.hosts)
     print(f"[trcomp] backend={backend or 'eager'} devices={devices} command={command}", flush=True)
-    result = run(plan, grace_period_s(job.environ))
+    result = run(plan, grace_s(job.environ))
     return _outcome(result, metrics_dir, backend, torchrun=distribution != "none")
 
 
@@ -224,6 +230,30 @@ def _prepare_code(job: Job) -> str:
     except toolkit_errors.ClientError as exc:
         raise JobFailed(f"could not prepare the entry point {name!r}: {exc}", 1) from None
     return name
+
+
+def _cache_location(job: Job) -> str:
+    """Where the compile cache is kept: the user's checkpoint location when it is known."""
+    uri = job.environ.get(CHECKPOINT_URI_ENV, "")
+    if uri:
+        return f"{uri.rstrip('/')}/{job.paths.cache.name}"
+    return str(job.paths.cache)
+
+
+def _check_inductor_options(config: TrainingCompilerConfig, env: dict[str, str]) -> None:
+    try:
+        unknown = unknown_inductor_options(config.inductor_options, env)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        reason = f"cannot check inductor_options: {exc}"
+        raise JobFailed(reason, ExitCode.COMPILER_UNAVAILABLE) from None
+    if unknown:
+        raise JobFailed(
+            f"inductor_options {', '.join(map(repr, unknown))} "
+            f"{'is not an option' if len(unknown) == 1 else 'are not options'} of this "
+            "container's torch._inductor.config. Fix the name(s) in "
+            "TrainingCompilerConfig(inductor_options=...) or drop them.",
+            ExitCode.CONFIG,
+        )
 
 
 def _check_backend(
@@ -312,6 +342,8 @@ def _outcome(
 
 def _report(job: Job, report: _Report, metrics_dir: Path) -> None:
     records = summary_module.read_rank_records(metrics_dir) if metrics_dir.is_dir() else []
+    for record in records:  # e.g. an inductor option this torch refused to apply
+        report.warnings.extend(w for w in record.get("warnings") or [] if w not in report.warnings)
     summary = summary_module.build_summary(records, job=report.facts, warnings=report.warnings)
     try:
         summary_module.write_summary(job.paths.compiler / "summary.json", summary)

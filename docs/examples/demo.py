@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     estimator.fit({"train": f"file://{data}"})
 
-    output_tar = work / "output" / "output.tar.gz"
+    # <output_path>/<job name>/output/, next to model.tar.gz
+    output_tar = Path(str(estimator.model_data).removeprefix("file://")).with_name("output.tar.gz")
     with tarfile.open(output_tar) as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith("compiler/summary.json"))
         extracted = tar.extractfile(member)

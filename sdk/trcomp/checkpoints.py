@@ -12,10 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CHECKPOINT_DIR_ENV", "export_checkpoint_path"]
+__all__ = ["CHECKPOINT_DIR_ENV", "CHECKPOINT_URI_ENV", "export_checkpoint_path"]
 
 CHECKPOINT_DIR_ENV = "TRCOMP_CHECKPOINT_DIR"
 """Environment variable naming the job's checkpoint directory inside the container."""
+
+CHECKPOINT_URI_ENV = "TRCOMP_CHECKPOINT_URI"
+"""Environment variable with the user's checkpoint location (a local job's ``file://`` URI).
+
+The container reports the compile cache there in summary.json, not at its own
+mount point, which means nothing once the job is over.
+"""
 
 
 def export_checkpoint_path(estimator: Any) -> None:

@@ -44,8 +44,19 @@ Mode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cu
 Fallback = Literal["eager", "fail"]
 InductorValue = bool | int | float | str
 
-_XLA_FLAG = re.compile(r"^--xla_[a-z0-9_]+(=\S+)?$")
-_INDUCTOR_KEY = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$")
+# Matched with fullmatch: "$" would accept a trailing newline.
+_XLA_FLAG = re.compile(r"--xla_[a-z0-9_]+(=\S+)?")
+_INDUCTOR_KEY = re.compile(r"[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*")
+# Values echoed in error messages are cut to this many characters.
+_SHOWN_CHARS = 80
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut to a readable length (a value may be megabytes long)."""
+    text = repr(value)
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    return f"{text[: _SHOWN_CHARS - 20]}... ({len(text):,} characters)"
 
 
 class TrainingCompilerConfig(BaseModel):
@@ -125,9 +136,9 @@ class TrainingCompilerConfig(BaseModel):
     @classmethod
     def _check_xla_flags(cls, flags: list[str]) -> list[str]:
         for flag in flags:
-            if not _XLA_FLAG.match(flag):
+            if not _XLA_FLAG.fullmatch(flag):
                 raise ValueError(
-                    f"xla_flags entry {flag!r} is not an XLA flag: write it as "
+                    f"xla_flags entry {_shown(flag)} is not an XLA flag: write it as "
                     "'--xla_name' or '--xla_name=value' (no spaces)"
                 )
         return flags
@@ -136,9 +147,9 @@ class TrainingCompilerConfig(BaseModel):
     @classmethod
     def _check_inductor_keys(cls, options: dict[str, InductorValue]) -> dict[str, InductorValue]:
         for key in options:
-            if not _INDUCTOR_KEY.match(key):
+            if not _INDUCTOR_KEY.fullmatch(key):
                 raise ValueError(
-                    f"inductor_options key {key!r} is not a torch._inductor.config name: "
+                    f"inductor_options key {_shown(key)} is not a torch._inductor.config name: "
                     "use dotted lower-case names such as 'triton.cudagraphs'"
                 )
         return options
@@ -197,8 +208,15 @@ class TrainingCompilerConfig(BaseModel):
 
         Accepts the stored strings and already-decoded values alike. With only the
         two AWS keys (a job from the AWS SDK) the other fields take their defaults;
-        with none of the keys the compiler is off.
+        with none of the keys the compiler is off. Anything malformed raises
+        :class:`CompilerConfigError` naming the hyperparameter or field.
         """
+        if not isinstance(mapping, Mapping):
+            raise CompilerConfigError(
+                f"the job's hyperparameters must be a mapping of name to value, got "
+                f"{type(mapping).__name__}: pass estimator.hyperparameters() or the "
+                "toolkit's framework parameters"
+            )
         enabled = _decode_bool(mapping, ENABLED_KEY)
         debug = _decode_bool(mapping, DEBUG_KEY)
         body = _decode_object(mapping, CONFIG_KEY)
@@ -207,14 +225,14 @@ class TrainingCompilerConfig(BaseModel):
                 return cls(enabled=False)
             fields: dict[str, Any] = {}
         else:
-            writer = str(body.pop(VERSION_FIELD, "unknown"))
-            unknown = sorted(set(body) - set(cls.model_fields))
+            writer = str(body.pop(VERSION_FIELD, "unknown"))[:_SHOWN_CHARS]
+            unknown = sorted(str(key) for key in set(body) - set(cls.model_fields))
             if unknown:
                 raise CompilerConfigError(
-                    f"{CONFIG_KEY} has field(s) {', '.join(map(repr, unknown))} that trcomp "
-                    f"{__version__} (in this container) does not know; the config was written "
-                    f"by trcomp {writer}. Use a container image built from trcomp {writer} or "
-                    "newer, or drop the field(s) from the config."
+                    f"{CONFIG_KEY} has field(s) {', '.join(map(_shown, unknown[:5]))} that "
+                    f"trcomp {__version__} (in this container) does not know; the config was "
+                    f"written by trcomp {writer}. Use a container image built from trcomp "
+                    f"{writer} or newer, or drop the field(s) from the config."
                 )
             fields = body
         for key, name, value in ((ENABLED_KEY, "enabled", enabled), (DEBUG_KEY, "debug", debug)):
@@ -222,7 +240,7 @@ class TrainingCompilerConfig(BaseModel):
                 continue
             if name in fields and fields[name] != value:
                 raise CompilerConfigError(
-                    f"{key}={json.dumps(value)} contradicts {name}={json.dumps(fields[name])} "
+                    f"{key}={json.dumps(value)} contradicts {name}={_shown_json(fields[name])} "
                     f"in {CONFIG_KEY}: remove {key} from the job's hyperparameters and set "
                     f"{name} on the TrainingCompilerConfig instead"
                 )
@@ -257,21 +275,29 @@ class TrainingCompilerConfig(BaseModel):
         config.validate_for(estimator)
 
 
+def _shown_json(value: Any) -> str:
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        return _shown(value)
+    return text if len(text) <= _SHOWN_CHARS else _shown(value)
+
+
 def _describe(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "config"
+        where = ".".join(str(p)[:_SHOWN_CHARS] for p in err["loc"]) or "config"
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             fields = ", ".join(TrainingCompilerConfig.model_fields)
             message = f"unknown field; TrainingCompilerConfig takes: {fields}"
         elif err["type"] == "literal_error":
-            message = f"{message} (got {err['input']!r})"
+            message = f"{message} (got {_shown(err['input'])})"
         parts.append(f"{where}: {message}" if err["loc"] else message)
     return "invalid TrainingCompilerConfig: " + "; ".join(parts)
 
 
-def _decode(value: Any) -> Any:
+def _decode(value: Any, key: str) -> Any:
     # SageMaker stores every value as a JSON string; the toolkit decodes it once.
     # A value may arrive encoded zero, one or two times.
     for _ in range(2):
@@ -281,29 +307,34 @@ def _decode(value: Any) -> Any:
             value = json.loads(value)
         except json.JSONDecodeError:
             return value
+        except RecursionError:  # brackets nested deeper than any config is
+            raise CompilerConfigError(
+                f"hyperparameter {key} is nested too deeply to be a compiler config "
+                f"({_shown(value)}): let the estimator write it from a TrainingCompilerConfig"
+            ) from None
     return value
 
 
 def _decode_bool(mapping: Mapping[str, Any], key: str) -> bool | None:
     if key not in mapping:
         return None
-    value = _decode(mapping[key])
+    value = _decode(mapping[key], key)
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
     raise CompilerConfigError(
-        f"hyperparameter {key} is {mapping[key]!r}; it must be 'true' or 'false'"
+        f"hyperparameter {key} is {_shown(mapping[key])}; it must be 'true' or 'false'"
     )
 
 
 def _decode_object(mapping: Mapping[str, Any], key: str) -> dict[str, Any] | None:
     if key not in mapping:
         return None
-    value = _decode(mapping[key])
+    value = _decode(mapping[key], key)
     if not isinstance(value, dict):
         raise CompilerConfigError(
-            f"hyperparameter {key} must be a JSON object, got {str(mapping[key])[:80]!r}: "
+            f"hyperparameter {key} must be a JSON object, got {_shown(mapping[key])}: "
             "let the estimator write it from a TrainingCompilerConfig"
         )
     return dict(value)

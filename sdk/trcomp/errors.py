@@ -11,6 +11,9 @@ __all__ = [
     "CompilerConfigError",
     "CompilerConfigWarning",
     "HyperparameterLimitError",
+    "JobInterrupted",
+    "JobTerminated",
+    "LocalJobFailed",
     "LocalModeError",
     "TrcompError",
     "UnsupportedJobError",
@@ -35,6 +38,34 @@ class HyperparameterLimitError(TrcompError):
 
 class LocalModeError(TrcompError):
     """Local mode (Docker or process mode) cannot start; the message says how to fix it."""
+
+
+class LocalJobFailed(LocalModeError):
+    """A local job ran and failed; ``exit_code`` is the job's exit code (None if unknown)."""
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class JobInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a local job; what it saved was packed (see the message)."""
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class JobTerminated(SystemExit):
+    """SIGTERM reached ``fit()``: the job was stopped and packed, and the process exits 143."""
+
+    def __init__(self, message: str, exit_code: int | None = None, signum: int = 15) -> None:
+        super().__init__(128 + signum)
+        self.message = message
+        self.exit_code = exit_code
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class CompilerConfigWarning(UserWarning):

@@ -255,8 +255,8 @@ class _CompilerMixin:
         if instance_type in DOCKER_LOCAL_MODES:
             from trcomp.local.docker import docker_job
 
-            with docker_job(self):
-                return parent_fit(inputs, wait=wait, logs=logs, job_name=job_name, **kwargs)
+            with docker_job(self, inputs, job_name) as name:
+                return parent_fit(inputs, wait=wait, logs=logs, job_name=name, **kwargs)
         from trcomp.remote import prepare_remote_job, remote_errors
 
         with remote_errors(self):

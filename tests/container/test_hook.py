@@ -22,8 +22,11 @@ raise KeyError("missing column 'label'")
 """
 
 
-def run_hooked(tmp_path: Path, code: str, extra_path: str = "") -> subprocess.CompletedProcess[str]:
+def run_hooked(
+    tmp_path: Path, code: str, extra_path: str = "", extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRCOMP_")}
+    env.update(extra_env or {})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOK_DIR), extra_path]))
     env["TRCOMP_METRICS_DIR"] = str(tmp_path / "ranks")
     env["RANK"] = "3"
@@ -54,3 +57,24 @@ def test_an_images_own_sitecustomize_still_runs(tmp_path):
     (other / "sitecustomize.py").write_text("import builtins; builtins.IMAGE_HOOK = True\n")
     done = run_hooked(tmp_path, "import builtins; print(builtins.IMAGE_HOOK)", str(other))
     assert done.stdout.strip() == "True", done.stderr
+
+
+def test_inductor_options_apply_one_by_one_and_a_refused_one_is_reported(tmp_path):
+    env = {
+        "TRCOMP_INDUCTOR_OPTIONS": '{"no_such_option": 1, "max_autotune": true}',
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    code = (
+        "import torch, torch._inductor.config as c, torch._inductor.codecache as cc\n"
+        "print(c.max_autotune, cc._HEADER_DIR)\n"
+    )
+    done = run_hooked(tmp_path, code, extra_env=env)
+    assert done.returncode == 0, done.stderr
+    applied, headers = done.stdout.split()
+    assert applied == "True"  # the good option applied although the other one failed
+    # Precompiled headers live in the job's cache, not in $TMPDIR/torchinductor_<user>.
+    assert headers == str(tmp_path / "cache" / "precompiled_headers")
+    assert "no_such_option=1 was not applied" in done.stderr
+    (path,) = (tmp_path / "ranks").glob("rank3-pid*.json")
+    (warning,) = json.loads(path.read_text())["warnings"]
+    assert "no_such_option" in warning

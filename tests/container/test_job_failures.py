@@ -120,14 +120,14 @@ def test_caches_follow_the_checkpoint_dir_the_estimator_names(tmp_path, jobs):
         tmp_path,
         config=TrainingCompilerConfig(backend="inductor"),
         entry_point="probe_env.py",
-        env={"TRCOMP_CHECKPOINT_DIR": str(custom)},
+        env={"TRCOMP_CHECKPOINT_DIR": str(custom), "TRCOMP_CHECKPOINT_URI": "file:///me/ckpt/"},
     )
     assert run.returncode == 0, run.output
-    cache = custom / "trcomp-cache"
     live = Path(run.model_json("seen.json")["env"]["TORCHINDUCTOR_CACHE_DIR"])
     # The compilers write to a local dir; the cache persists under the checkpoint dir.
     assert live.name == "inductor" and not live.is_relative_to(custom)
-    assert run.summary["cache_dir"] == str(cache)
+    # Reported where the user keeps it, not at the job's own (deleted) path.
+    assert run.summary["cache_dir"] == "file:///me/ckpt/trcomp-cache"
 
 
 def test_legacy_two_key_job_compiles_with_inductor(tmp_path, jobs):
@@ -207,3 +207,28 @@ def test_sigterm_is_forwarded_and_the_checkpoint_survives(tmp_path, jobs):
     assert (tmp_path / "checkpoints" / "on-sigterm.pt").exists()
     assert (tmp_path / "checkpoints" / "step-1.pt").exists()
     assert (tmp_path / "model" / "started").exists()
+
+
+def test_unknown_inductor_option_fails_the_job_naming_it(tmp_path, jobs):
+    config = TrainingCompilerConfig(
+        backend="inductor", inductor_options={"no_such_option": 1, "max_autotune": True}
+    )
+    run = jobs.run_job(tmp_path, config=config, entry_point="probe_env.py")
+    assert run.returncode == 64, run.output
+    failure = assert_single_reason(run.failure)
+    assert "'no_such_option' is not an option" in failure and "max_autotune" not in failure
+    assert not (tmp_path / "model" / "seen.json").exists()  # refused before the script ran
+
+
+def test_summary_keeps_the_backend_and_the_users_cache_location(tmp_path, jobs):
+    # The entry point cannot be prepared: the compiler was still on, and said so.
+    run = jobs.run_job(
+        tmp_path,
+        config=TrainingCompilerConfig(backend="inductor"),
+        entry_point=None,
+        hyperparameters={"sagemaker_program": "nope.py"},
+        env={"TRCOMP_CHECKPOINT_URI": "file:///home/me/ckpt/"},
+    )
+    assert run.returncode == 66, run.output
+    assert run.summary["backend"] == "inductor"
+    assert "compiler off" not in run.output

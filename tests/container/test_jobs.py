@@ -80,7 +80,7 @@ def test_xla_debug_dumps_land_in_the_compiler_directory(loop_runs):
     assert any((compiler / "xla_dump").iterdir())
 
 
-def test_warm_cache_reaches_the_first_step_sooner(loop_runs, tmp_path, jobs, record_property):
+def test_warm_job_hits_inductors_cache(loop_runs, tmp_path, jobs, record_property):
     """A second job restoring the same checkpoints (checkpoint_s3_uri) starts warm."""
     cold = loop_runs["inductor"]
     persisted = cold.base / "checkpoints" / "trcomp-cache"
@@ -106,9 +106,11 @@ def test_warm_cache_reaches_the_first_step_sooner(loop_runs, tmp_path, jobs, rec
     }
     for key, value in times.items():
         record_property(key, value)
-    print(f"inductor cache: {times}")
-    assert times["warm_compile_s"] < times["cold_compile_s"]
-    assert times["warm_first_step_s"] < times["cold_first_step_s"]
+    print(f"inductor cache: {times}")  # recorded, not asserted: timing belongs in the bench
+    # Inductor's own counters say whether the cache served the compiled graphs.
+    cold_cache, warm_cache = (run.summary["ranks"][0]["compile_cache"] for run in (cold, warm))
+    assert cold_cache["fxgraph_hit"] == 0 and cold_cache["fxgraph_miss"] > 0
+    assert warm_cache["fxgraph_hit"] > 0 and warm_cache["fxgraph_miss"] == 0
     assert warm.model_json("loss.json")["loss"] == pytest.approx(
         cold.model_json("loss.json")["loss"], abs=1e-6
     )

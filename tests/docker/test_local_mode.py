@@ -10,6 +10,7 @@ import sys
 import tarfile
 import textwrap
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +45,34 @@ def _members(tar_path: Path) -> dict[str, bytes]:
         }
 
 
-def _no_job_containers() -> list[str]:
-    out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={JOB_LABEL}"],
+def _artifacts(estimator: Any) -> Path:
+    """The job's own folder of artifacts: ``<output_path>/<job name>/output``."""
+    model = Path(str(estimator.model_data).removeprefix("file://"))
+    assert model.parent.parent.name == estimator.latest_training_job.name
+    return model.parent
+
+
+def _job_containers(job_name: str, running: bool = False) -> list[str]:
+    """This job's containers (found by its name in their environment).
+
+    Other jobs may run on a shared engine at the same time: never count theirs.
+    """
+    listed = subprocess.run(
+        ["docker", "ps", *([] if running else ["-a"]), "-q", "--filter", f"label={JOB_LABEL}"],
         capture_output=True,
         text=True,
         check=True,
-    )
-    return out.stdout.split()
+    ).stdout.split()
+    if not listed:
+        return []
+    described = subprocess.run(
+        ["docker", "inspect", "--format", "{{.Id}} {{range .Config.Env}}{{.}} {{end}}", *listed],
+        capture_output=True,
+        text=True,
+        check=False,  # a container may be removed between the two calls
+    ).stdout
+    wanted = f"TRAINING_JOB_NAME={job_name}"
+    return [line.split()[0] for line in described.splitlines() if wanted in line.split()]
 
 
 def test_fit_with_compiler_lands_model_and_summary(
@@ -60,16 +81,18 @@ def test_fit_with_compiler_lands_model_and_summary(
     estimator = _estimator(job_dirs, role, hyperparameters={"steps": 10})
     estimator.fit({"training": f"file://{job_dirs['data']}"})
 
-    model = _members(job_dirs["output"] / "model.tar.gz")
+    artifacts = _artifacts(estimator)
+    assert artifacts.parent.parent == job_dirs["output"]
+    model = _members(artifacts / "model.tar.gz")
     assert "model.pt" in model
     assert json.loads(model["info.json"])["backend"] == "inductor"
-    output = _members(job_dirs["output"] / "output.tar.gz")
+    output = _members(artifacts / "output.tar.gz")
     summary = json.loads(output["data/compiler/summary.json"])
     assert summary["backend"] == "inductor"
     assert summary["metrics"]["graphs_compiled"] >= 1
     assert summary["metrics"]["compile_time_s"] > 0
     assert "failure" not in output
-    assert not _no_job_containers()
+    assert not _job_containers(estimator.latest_training_job.name)
     assert not list(job_dirs["source"].rglob("__pycache__"))
 
 
@@ -91,7 +114,7 @@ def test_two_containers_train_one_ddp_job(
 
     log = capfd.readouterr().out
     assert "rank 0/2" in log and "rank 1/2" in log  # both hosts' logs are shown
-    model = _members(job_dirs["output"] / "model.tar.gz")
+    model = _members(_artifacts(estimator) / "model.tar.gz")
     info = json.loads(model["info.json"])
     assert info["world_size"] == 2 and len(info["hosts"]) == 2
     assert "model.pt" in model
@@ -106,7 +129,9 @@ def test_failing_script_shows_its_reason(
     with pytest.raises(LocalModeError, match="learning rate 42 is mad") as caught:
         estimator.fit({"training": f"file://{job_dirs['data']}"})
     assert "docker-compose" not in str(caught.value).split(":")[0]
-    assert not _no_job_containers()
+    assert caught.value.exit_code == 1  # type: ignore[attr-defined]
+    assert "exit code 1" in str(caught.value)
+    assert not _job_containers(estimator._current_job_name)
 
 
 def test_file_checkpoints_keep_the_compile_cache_between_jobs(
@@ -128,14 +153,17 @@ def test_file_checkpoints_keep_the_compile_cache_between_jobs(
             checkpoint_local_path="/opt/ml/my-checkpoints",  # the caches follow it
         )
         estimator.fit({"training": f"file://{job_dirs['data']}"})
-        output = _members(job_dirs["output"] / "output.tar.gz")
+        output = _members(_artifacts(estimator) / "output.tar.gz")
         summaries.append(json.loads(output["data/compiler/summary.json"]))
     cold, warm = summaries
     assert cold["backend"] == warm["backend"] == "inductor"
     assert cold["cache_warm"] is False and warm["cache_warm"] is True
-    times = [s["metrics"]["compile_time_s"] for s in summaries]
-    print(f"compile time: cold {times[0]} s, warm {times[1]} s")
-    assert times[1] < times[0]
+    # The user's location, not the container's mount point.
+    assert warm["cache_dir"] == f"{checkpoints.as_uri()}/trcomp-cache"
+    # Inductor's own counters: the cold job missed its FX graph cache, the warm one hit it.
+    cold_cache, warm_cache = (s["ranks"][0]["compile_cache"] for s in summaries)
+    assert cold_cache["fxgraph_hit"] == 0 and cold_cache["fxgraph_miss"] > 0
+    assert warm_cache["fxgraph_hit"] > 0 and warm_cache["fxgraph_miss"] == 0
     cache = checkpoints / "trcomp-cache"
     assert any(p.is_file() for p in cache.rglob("*"))
     assert not [p for p in checkpoints.rglob("*") if p.stat().st_uid != owner]
@@ -166,18 +194,18 @@ _FIT_AND_SLEEP = textwrap.dedent("""
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
     est = trcomp.PyTorch(entry_point="train_tiny.py", source_dir=sys.argv[1], role=sys.argv[2],
                          instance_type="local", instance_count=1,
-                         output_path="file://" + sys.argv[3], hyperparameters={"sleep": 300})
+                         output_path="file://" + sys.argv[3], hyperparameters={"sleep": 300},
+                         environment={"TRCOMP_SIGTERM_GRACE_S": "5"})
     try:
-        est.fit({"training": "file://" + sys.argv[4]})
-    except KeyboardInterrupt:
-        print("interrupted", flush=True)
+        est.fit({"training": "file://" + sys.argv[4]}, job_name=sys.argv[5])
+    except trcomp.JobInterrupted as exc:
+        print(f"interrupted: {exc}", flush=True)
         sys.exit(130)
 """)
 
 
-def test_ctrl_c_stops_the_containers(
-    image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None
-) -> None:
+def _start_driver(job_dirs: dict[str, Path], role: str, job_name: str) -> subprocess.Popen[str]:
+    """A process that runs a sleeping job in fit(); returns once its container runs."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -187,30 +215,62 @@ def test_ctrl_c_stops_the_containers(
             role,
             str(job_dirs["output"]),
             str(job_dirs["data"]),
+            job_name,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
+    deadline = time.monotonic() + 120
+    while not _job_containers(job_name, running=True) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not _job_containers(job_name, running=True):
+        proc.kill()
+        raise AssertionError(f"the job's container never started: {proc.communicate()[0][-3000:]}")
+    time.sleep(3)  # the script is in its sleep
+    return proc
+
+
+def test_ctrl_c_stops_the_containers(
+    image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None
+) -> None:
+    name = f"ctrl-c-{uuid.uuid4().hex[:8]}"
+    proc = _start_driver(job_dirs, role, name)
     try:
-        deadline = time.monotonic() + 120
-        while not _running_job_containers() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert _running_job_containers(), "the job's container never started"
-        time.sleep(3)
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
         out, _ = proc.communicate(timeout=90)
     finally:
         proc.kill()
     assert proc.returncode == 130, out[-3000:]
-    assert not _no_job_containers()
+    assert "exit code 143" in out, out[-3000:]
+    assert not _job_containers(name)
 
 
-def _running_job_containers() -> list[str]:
-    out = subprocess.run(
-        ["docker", "ps", "-q", "--filter", f"label={JOB_LABEL}", "--filter", "status=running"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout.split()
+def test_sigkill_of_fit_stops_the_containers(
+    image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None
+) -> None:
+    """Nobody is left to press Ctrl-C: the watcher stops the job when fit() dies."""
+    name = f"killed-{uuid.uuid4().hex[:8]}"
+    proc = _start_driver(job_dirs, role, name)
+    try:
+        proc.kill()
+        proc.wait(timeout=10)
+        # Grace 5 s inside, docker stop waits 15 s: well within a minute.
+        deadline = time.monotonic() + 60
+        while _job_containers(name) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        proc.kill()
+    assert not _job_containers(name)
+
+
+def test_two_jobs_with_one_output_path_keep_both_models(
+    image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None
+) -> None:
+    models = []
+    for _ in range(2):
+        estimator = _estimator(job_dirs, role, hyperparameters={"steps": 2}, compiler_config=None)
+        estimator.fit({"training": f"file://{job_dirs['data']}"})
+        models.append(_artifacts(estimator) / "model.tar.gz")
+    assert models[0] != models[1]
+    assert all("model.pt" in _members(model) for model in models)

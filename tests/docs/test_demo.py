@@ -23,10 +23,13 @@ def test_demo_trains_with_the_compiler_and_reports(tmp_path: Path, capsys) -> No
     assert summary["backend"] == "inductor" and summary["outcome"] == "success"
     assert summary["metrics"]["graphs_compiled"] >= 1
     assert summary["metrics"]["compile_time_s"] > 0
-    with tarfile.open(tmp_path / "output" / "model.tar.gz") as tar:
+    # The job's own folder under output_path: <output_path>/<job name>/output/.
+    (model,) = (tmp_path / "output").glob("*/output/model.tar.gz")
+    with tarfile.open(model) as tar:
         assert "model.pt" in tar.getnames()
     # the compile cache went to the job's checkpoint location, for the next job
     assert any((tmp_path / "checkpoints").rglob("*"))
+    assert summary["cache_dir"] == f"{(tmp_path / 'checkpoints').as_uri()}/trcomp-cache"
     out = capsys.readouterr().out
-    assert f"model:    file://{tmp_path / 'output' / 'model.tar.gz'}" in out
+    assert f"model:    file://{model}" in out
     assert "compile_time_s:" in out

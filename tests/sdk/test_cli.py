@@ -373,4 +373,4 @@ def test_run_in_process_mode(
     out = capfd.readouterr().out
     assert "argv ['--epochs', '2']" in out
     assert "trcomp run: job trcomp-training-" in out and "finished (local_process)" in out
-    assert (out_dir / "model.tar.gz").is_file()
+    assert len(list(out_dir.glob("trcomp-training-*/output/model.tar.gz"))) == 1

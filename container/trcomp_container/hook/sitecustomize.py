@@ -61,6 +61,7 @@ class _State:
         self.xla_compiles_at_step3: int | None = None
         self.xla_compiles_at_last_step: int | None = None
         self.error: dict[str, Any] | None = None
+        self.warnings: list[str] = []
 
 
 _state = _State()
@@ -118,9 +119,30 @@ def _after_torch(torch: ModuleType) -> None:
     register_optimizer_step_post_hook(_on_optimizer_step)
     options = os.environ.get("TRCOMP_INDUCTOR_OPTIONS")
     if options:
-        import torch._inductor.config as inductor_config
+        _apply_inductor_options(json.loads(options))
 
-        inductor_config.patch(json.loads(options)).__enter__()
+
+def _apply_inductor_options(options: dict[str, Any]) -> None:
+    # One by one: an option this torch refuses is reported, and the others still apply.
+    import torch._inductor.config as inductor_config
+
+    for key, value in options.items():
+        try:
+            inductor_config.patch({key: value}).__enter__()
+        except Exception as exc:
+            message = f"inductor option {key}={value!r} was not applied: {exc}"
+            _state.warnings.append(message)
+            print(f"[trcomp] WARNING: {message}", file=sys.stderr, flush=True)
+
+
+def _after_codecache(codecache: ModuleType) -> None:
+    # Inductor keeps precompiled headers under $TMPDIR/torchinductor_<user>, whatever
+    # TORCHINDUCTOR_CACHE_DIR says: move them into the job's cache directory.
+    cache_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if cache_dir and hasattr(codecache, "_HEADER_DIR"):
+        headers = os.path.join(cache_dir, "precompiled_headers")
+        setattr(codecache, "_HEADER_DIR", headers)  # noqa: B010
+        setattr(codecache, "_HEADER_LOCK_DIR", os.path.join(headers, "locks"))  # noqa: B010
 
 
 def _after_dynamo(dynamo: ModuleType) -> None:
@@ -206,6 +228,12 @@ def _compile_report() -> dict[str, Any]:
         report["graph_breaks"] = int(sum(breaks.values()))
         top = sorted(breaks.items(), key=lambda item: -item[1])[:20]
         report["graph_break_reasons"] = {reason[:300]: count for reason, count in top}
+        report["cache"] = {
+            "fxgraph_hit": int(counters["inductor"]["fxgraph_cache_hit"]),
+            "fxgraph_miss": int(counters["inductor"]["fxgraph_cache_miss"]),
+            "aotautograd_hit": int(counters["aot_autograd"]["autograd_cache_hit"]),
+            "aotautograd_miss": int(counters["aot_autograd"]["autograd_cache_miss"]),
+        }
     return report
 
 
@@ -260,7 +288,7 @@ def _write_debug_reports(rank: str) -> None:
 def _dump() -> None:
     directory = os.environ.get("TRCOMP_METRICS_DIR")
     compiled = _state.compile_events > 0 or "torch_xla" in sys.modules
-    if not directory or not (_state.steps or compiled or _state.error):
+    if not directory or not (_state.steps or compiled or _state.error or _state.warnings):
         return
     rank = os.environ.get("RANK", "0")
     body: dict[str, Any] = {
@@ -274,6 +302,7 @@ def _dump() -> None:
         "step_intervals_s": [round(value, 6) for value in _state.clock.intervals()],
         "step_clock": _state.clock.source,
         "error": _state.error,
+        "warnings": _state.warnings,
         "versions": _versions(),
     }
     try:
@@ -303,7 +332,12 @@ if os.environ.get("TRCOMP_METRICS_DIR"):
     sys.meta_path.insert(
         0,
         _AfterImport(
-            {"torch": _after_torch, "torch._dynamo": _after_dynamo, "torch_xla": _after_torch_xla}
+            {
+                "torch": _after_torch,
+                "torch._dynamo": _after_dynamo,
+                "torch._inductor.codecache": _after_codecache,
+                "torch_xla": _after_torch_xla,
+            }
         ),
     )
     sys.excepthook = _except_hook

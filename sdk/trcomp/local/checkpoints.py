@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from trcomp._sdk_compat import extra_training_volume
-from trcomp.checkpoints import export_checkpoint_path
+from trcomp.checkpoints import CHECKPOINT_URI_ENV, export_checkpoint_path
 from trcomp.errors import LocalModeError
 from trcomp.local import local_path
 
@@ -74,6 +74,9 @@ def checkpoint_mount(estimator: Any) -> Iterator[Path | None]:
         )
     host_dir.mkdir(parents=True, exist_ok=True)
     export_checkpoint_path(estimator)  # before the SDK stops seeing checkpoint_local_path
+    # For this job only: summary.json names the cache where the user keeps it.
+    environment = getattr(estimator, "environment", None)
+    estimator.environment = {**(environment or {}), CHECKPOINT_URI_ENV: host_dir.as_uri()}
     with extra_training_volume(str(host_dir), container_path):
         estimator.checkpoint_s3_uri = estimator.checkpoint_local_path = None
         logger.info("checkpoints: %s mounted at %s", host_dir, container_path)
@@ -81,3 +84,4 @@ def checkpoint_mount(estimator: Any) -> Iterator[Path | None]:
             yield host_dir
         finally:
             estimator.checkpoint_s3_uri, estimator.checkpoint_local_path = uri, local_path
+            estimator.environment = environment

@@ -9,28 +9,34 @@ root-owned, and an interrupted ``fit()`` can leave containers running.
 
 The estimators wrap the SDK's ``fit()`` in :func:`docker_job`, which
 
-1. calls :func:`preflight` (engine, compose, image) before anything starts,
-   and mounts a ``file://`` ``checkpoint_s3_uri`` at the job's checkpoint path
+1. checks the job (:mod:`trcomp.local.job_checks`) and calls :func:`preflight`
+   (engine, compose, image) before anything is created, and mounts a
+   ``file://`` ``checkpoint_s3_uri`` at the job's checkpoint path
    (:mod:`trcomp.local.checkpoints`), so checkpoints and compile caches outlive
    the container;
-2. labels the job's containers and gives them a large ``/dev/shm``
+2. writes the artifacts of a ``file://`` output_path to
+   ``<output_path>/<job name>/output/``, a folder of the job's own;
+3. labels the job's containers and gives them a large ``/dev/shm``
    (:func:`shm_size`; Docker's default of 64 MB breaks NCCL between GPUs and
    DataLoader workers), both through the session's ``local.container_config``,
    and keeps the SDK's scratch files in a directory of its own;
-3. turns a failed run into a :class:`~trcomp.errors.LocalModeError` carrying
+4. turns a failed run into a :class:`~trcomp.errors.LocalJobFailed` carrying
    the job's own failure reason (``/opt/ml/output/failure``, which local mode
-   copies into ``output.tar.gz``);
-4. stops and removes the job's containers on the way out, Ctrl-C included;
-5. hands back files left root-owned in the user's directories.
+   copies into ``output.tar.gz``) and exit code;
+5. stops and removes the job's containers on the way out: on Ctrl-C and
+   SIGTERM with a grace period, when ``fit()`` dies through a watcher
+   (:mod:`trcomp.local.docker_stop`);
+6. hands back files left root-owned in the user's directories.
 
 Inside trcomp's image the entrypoint (``container/entrypoint.sh``) already
-gives files back to the owner of each mount; step 5 covers other images.
+gives files back to the owner of each mount; step 6 covers other images.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import os
 import re
@@ -39,7 +45,6 @@ import signal
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 import uuid
 from collections import deque
@@ -47,11 +52,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from trcomp._sdk_compat import current_job_name
-from trcomp.errors import LocalModeError
+from trcomp._sdk_compat import current_job_name, new_job_name
+from trcomp.errors import JobInterrupted, JobTerminated, LocalJobFailed
 from trcomp.local import local_path
 from trcomp.local.checkpoints import checkpoint_mount
 from trcomp.local.docker_checks import compose_command, preflight, run_docker
+from trcomp.local.docker_stop import JOB_LABEL, remove_containers, stop_on_signals, watch
+from trcomp.local.job_checks import LocalJobChecks, check_local_job, claim_job_dir
+from trcomp.proctree import outer_grace_s
 
 __all__ = [
     "JOB_LABEL",
@@ -63,9 +71,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-JOB_LABEL = "com.trcomp.local-job"
-"""Docker label on every container of a local-mode job; its value identifies the job."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -123,83 +128,43 @@ class _Tail(io.TextIOBase):
         return self.inner.isatty()
 
 
+def _exit_code(output_tar: Path) -> int | None:
+    """The job's exit code from the ``summary.json`` in its ``output.tar.gz``, if any."""
+    try:
+        with tarfile.open(output_tar) as tar:
+            for member in tar.getmembers():
+                if member.isfile() and member.name.endswith("compiler/summary.json"):
+                    handle = tar.extractfile(member)
+                    code = json.load(handle).get("exit_code") if handle else None
+                    return int(code) if code is not None else None
+    except (OSError, tarfile.TarError, ValueError, TypeError):
+        return None
+    return None
+
+
 def _job_failed(
     exc: RuntimeError, estimator: Any, scratch: Path, since: float, tail: _Tail
-) -> LocalModeError:
+) -> LocalJobFailed:
     name = current_job_name(estimator) or "local training job"
-    code = re.search(r"exited with code:? (\d+)", str(exc))
+    compose_code = re.search(r"exited with code:? (\d+)", str(exc))
     tars = _output_tars(estimator, scratch, since)
     reason = next((r for r in map(failure_reason, tars) if r), None)
+    exit_code = next((c for c in map(_exit_code, tars) if c is not None), None)
     if reason is None:
         shown = "\n".join(f"  {line}" for line in list(tail.lines)[-10:])
         reason = "the job wrote no failure reason; the end of its log:\n" + shown
-    notes = ["the full log is above"]
+    notes = [f"exit code {exit_code}" if exit_code is not None else "exit code unknown"]
+    notes.append("the full log is above")
     if tars:
         notes.append(f"the job's output: {tars[0]}")
-    if code:
-        notes.append(f"docker compose exit code {code.group(1)}")
-    return LocalModeError(f"{name} failed in local mode: {reason.rstrip()}\n({'; '.join(notes)})")
+    if compose_code:
+        notes.append(f"docker compose exit code {compose_code.group(1)}")
+    return LocalJobFailed(
+        f"{name} failed in local mode: {reason.rstrip()}\n({'; '.join(notes)})", exit_code
+    )
 
 
 # -- containers and files -----------------------------------------------------------
-
-
-def _job_containers(job_id: str) -> list[str]:
-    found = run_docker(["docker", "ps", "-aq", "--filter", f"label={JOB_LABEL}={job_id}"])
-    return found.stdout.split() if found.returncode == 0 else []
-
-
-def _stop_containers(job_id: str) -> list[str]:
-    """Stop every container of the job (SIGTERM, SIGKILL after 10 s); return their ids."""
-    ids = _job_containers(job_id)
-    if ids:
-        run_docker(["docker", "stop", "--time", "10", *ids], timeout=60)
-    return ids
-
-
-def _remove_containers(job_id: str) -> None:
-    """Stop and remove every container of the job."""
-    ids = _stop_containers(job_id)
-    if ids:
-        run_docker(["docker", "rm", "--force", *ids], timeout=60)
-
-
-class _CtrlC:
-    """Ctrl-C during the job stops its containers, and ``fit()`` raises KeyboardInterrupt.
-
-    Needed because the SDK cannot do it: its telemetry wrapper around the local
-    client returns from a ``finally`` block, which swallows KeyboardInterrupt,
-    so ``fit()`` would return as if the job had succeeded while compose and the
-    containers went on. A second Ctrl-C acts as usual.
-    """
-
-    def __init__(self, job_id: str) -> None:
-        self.job_id = job_id
-        self.pressed = False
-        self._previous: Any = None
-        self._stopper: threading.Thread | None = None
-
-    def __enter__(self) -> _CtrlC:
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.getsignal(signal.SIGINT)
-            if previous not in (signal.SIG_IGN, None):
-                self._previous = previous
-                signal.signal(signal.SIGINT, self._on_sigint)
-        return self
-
-    def _on_sigint(self, signum: int, frame: Any) -> None:
-        self.pressed = True
-        signal.signal(signal.SIGINT, self._previous)
-        print("\n[trcomp] Ctrl-C: stopping the job's containers", file=sys.stderr, flush=True)
-        # Off the main thread, which must keep draining compose's output meanwhile.
-        self._stopper = threading.Thread(target=_stop_containers, args=(self.job_id,), daemon=True)
-        self._stopper.start()
-
-    def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-        if self._stopper is not None:
-            self._stopper.join(timeout=60)
 
 
 def _any_root_owned(paths: Iterable[Path]) -> bool:
@@ -282,8 +247,12 @@ def shm_size(memory_bytes: int | None = None) -> str:
 
 
 @contextlib.contextmanager
-def _local_config(session: Any, scratch: Path, job_id: str) -> Iterator[None]:
-    """Point the session's local-mode settings at our scratch dir and label, then restore."""
+def _local_config(session: Any, scratch: Path, job_id: str, grace: float) -> Iterator[None]:
+    """Point the session's local-mode settings at our scratch dir and label, then restore.
+
+    ``stop_grace_period`` is what compose gives the containers when it stops
+    them itself (Ctrl-C at a terminal reaches compose too): the job's outer grace.
+    """
     before = session.config
     config = dict(before or {})
     local = dict(config.get("local") or {})
@@ -293,6 +262,7 @@ def _local_config(session: Any, scratch: Path, job_id: str) -> Iterator[None]:
     labels[JOB_LABEL] = job_id
     container_config["labels"] = labels
     container_config.setdefault("shm_size", shm_size())  # a size the user set wins
+    container_config["stop_grace_period"] = f"{int(grace)}s"
     local["container_config"] = container_config
     config["local"] = local
     session.config = config
@@ -303,25 +273,57 @@ def _local_config(session: Any, scratch: Path, job_id: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def docker_job(estimator: Any) -> Iterator[None]:
+def docker_job(estimator: Any, inputs: Any = None, job_name: str | None = None) -> Iterator[str]:
     """Run ``estimator``'s SageMaker local-mode ``fit()`` inside this block.
 
-    Use as ``with docker_job(self): super().fit(...)``. Raises
-    :class:`~trcomp.errors.LocalModeError` before the job when it cannot start,
-    and instead of the SDK's compose error when the job fails.
+    Use as ``with docker_job(self, inputs, job_name) as name: super().fit(...,
+    job_name=name)``. Raises :class:`~trcomp.errors.LocalModeError` before the
+    job when it cannot start, :class:`~trcomp.errors.LocalJobFailed` instead of
+    the SDK's compose error when the job fails, and
+    :class:`~trcomp.errors.JobInterrupted` (Ctrl-C) or
+    :class:`~trcomp.errors.JobTerminated` (SIGTERM) once a stopped job's
+    containers are gone.
     """
+    checks = check_local_job(estimator, inputs, job_name, local_only=False)
     image_uri = estimator.training_image_uri()
     # Refuses an S3 checkpoint URI, which local mode cannot sync, before the engine checks.
     with checkpoint_mount(estimator) as checkpoints:
         preflight(image_uri, estimator.instance_type)
-        with _compose_job(estimator, image_uri) as dirs:
+        with (
+            _job_output(estimator, checks) as name,
+            _compose_job(estimator, image_uri, name) as dirs,
+        ):
             if checkpoints is not None:
                 dirs.append(checkpoints)
-            yield
+            yield name
 
 
 @contextlib.contextmanager
-def _compose_job(estimator: Any, image_uri: str) -> Iterator[list[Path]]:
+def _job_output(estimator: Any, checks: LocalJobChecks) -> Iterator[str]:
+    """Point a ``file://`` output_path at ``<output_path>/<job name>/output`` for one job.
+
+    As SageMaker does remotely; the SDK's local mode would write every job's
+    ``model.tar.gz`` straight into output_path, over the previous one.
+    """
+    if checks.output_root is None:
+        yield checks.name
+        return
+    name, folder = claim_job_dir(
+        checks.output_root,
+        checks.name,
+        renamable=not checks.name_given,
+        new_name=lambda: new_job_name(estimator),
+    )
+    before = estimator.output_path
+    estimator.output_path = f"file://{folder / 'output'}"
+    try:
+        yield name
+    finally:
+        estimator.output_path = before
+
+
+@contextlib.contextmanager
+def _compose_job(estimator: Any, image_uri: str, name: str) -> Iterator[list[Path]]:
     """Run the SDK's job; yields a list of extra dirs whose ownership to hand back."""
     extra_dirs: list[Path] = []
     job_id = uuid.uuid4().hex[:12]
@@ -331,27 +333,46 @@ def _compose_job(estimator: Any, image_uri: str) -> Iterator[list[Path]]:
     since = time.time()
     tail = _Tail(sys.stdout)
     keep_scratch = False
-    ctrl_c = _CtrlC(job_id)
+    grace = outer_grace_s(getattr(estimator, "environment", None) or {})
+    stopper = stop_on_signals(job_id, name, grace)
     try:
-        with _local_config(session, scratch, job_id), contextlib.redirect_stdout(tail), ctrl_c:
+        with (
+            _local_config(session, scratch, job_id, grace),
+            contextlib.redirect_stdout(tail),
+            watch(job_id, grace),
+            stopper,
+        ):
             try:
                 yield extra_dirs
             except RuntimeError as exc:
-                if ctrl_c.pressed:
-                    raise KeyboardInterrupt from None
-                if "Failed to run" not in str(exc):
+                if "Failed to run" not in str(exc) or stopper.received is not None:
                     raise
                 keep_scratch = not getattr(estimator, "output_path", None)
                 raise _job_failed(exc, estimator, scratch, since, tail) from exc
-        if ctrl_c.pressed:
-            raise KeyboardInterrupt
+            finally:
+                if stopper.received is not None:
+                    _raise_stopped(estimator, stopper.received, name, scratch, since)
         # No output_path: the SDK left the artifacts in its scratch dir, which is now ours.
         keep_scratch = not getattr(estimator, "output_path", None)
     finally:
         # Compose leaves stopped containers behind, and running ones after Ctrl-C.
-        _remove_containers(job_id)
+        remove_containers(job_id, grace)
         _give_back(_user_dirs(estimator, scratch) + extra_dirs, image_uri)
         if keep_scratch:
             logger.warning("local-mode artifacts are in %s", scratch)
         else:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _raise_stopped(estimator: Any, signum: int, name: str, scratch: Path, since: float) -> None:
+    tars = _output_tars(estimator, scratch, since)
+    exit_code = next((c for c in map(_exit_code, tars) if c is not None), None)
+    where = f"what it saved is in {tars[0].parent}" if tars else "it packed nothing"
+    message = (
+        f"job {name} was stopped by {signal.Signals(signum).name} (exit code "
+        f"{exit_code if exit_code is not None else 'unknown'}); {where}"
+    )
+    if signum == signal.SIGINT:
+        raise JobInterrupted(message, exit_code) from None
+    print(f"[trcomp] {message}", file=sys.stderr, flush=True)
+    raise JobTerminated(message, exit_code, signum) from None

@@ -4,12 +4,19 @@ Selected with ``instance_type="local_process"``. It lays out the same ``/opt/ml`
 tree under a temporary directory, runs the training toolkit's ``train`` (which
 hands over to ``trcomp_container.training:main``, as in the image) in a
 subprocess with ``SAGEMAKER_BASE_DIR`` pointing at that tree, and packs
-``model.tar.gz`` and ``output.tar.gz`` into ``output_path`` as SageMaker local
-mode does.
+``model.tar.gz`` and ``output.tar.gz`` into ``<output_path>/<job name>/output/``,
+the folder SageMaker uses, so no job overwrites another's artifacts.
+
+Ctrl-C or SIGTERM stops the job as StopTrainingJob would (SIGTERM, SIGKILL after
+the grace period; a second Ctrl-C kills it at once), packs what it saved, and
+raises :class:`~trcomp.errors.JobInterrupted` (SIGTERM:
+:class:`~trcomp.errors.JobTerminated`). If the ``fit()`` process dies, the job
+gets SIGTERM from the kernel (parent-death signal) and stops itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -18,21 +25,24 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trcomp._sdk_compat import new_job_name, set_current_job_name
-from trcomp.errors import LocalModeError
-from trcomp.local import local_path
+from sagemaker.exceptions import UnexpectedStatusException
 
-__all__ = ["ProcessJob", "plan_process_job", "run_process_job"]
+from trcomp._sdk_compat import new_job_name, set_current_job_name
+from trcomp.checkpoints import CHECKPOINT_URI_ENV
+from trcomp.errors import JobInterrupted, JobTerminated, LocalModeError
+from trcomp.local import local_path
+from trcomp.local.job_checks import check_local_job, claim_job_dir
+from trcomp.proctree import TreeProcess, outer_grace_s
+
+__all__ = ["ProcessJob", "ProcessJobFailed", "plan_process_job", "run_process_job"]
 
 TRAINING_MODULE = "trcomp_container.training:main"
 # What the toolkit's console script `train` runs, with this interpreter.
 TRAIN_COMMAND = (sys.executable, "-c", "from sagemaker_training.cli.train import main; main()")
-GRACE_SECONDS = 30.0
 # The container starts from a clean environment; on the host, these variables
 # may have been set by earlier work in the calling process (torch.compile sets
 # TORCHINDUCTOR_CACHE_DIR in os.environ), and would silently override what the
@@ -50,8 +60,45 @@ _NOT_INHERITED = (
     "TORCH_LOGS",
     "TORCH_TRACE",
     "USE_TORCH_XLA",
+    "TORCHELASTIC_",
 )
-DEFAULT_CHANNEL = "training"
+# Set by torchrun when fit() is called from one of its workers; the job's own
+# launcher decides them.
+_NOT_INHERITED_NAMES = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_NAME",
+        "ROLE_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
+
+
+class ProcessJobFailed(UnexpectedStatusException):  # type: ignore[misc]
+    """The job failed; ``exit_code`` is its exit code, ``job_dir`` keeps its files."""
+
+    def __init__(self, message: str, exit_code: int, job_dir: Path) -> None:
+        super().__init__(
+            message=message, allowed_statuses=["Completed", "Stopped"], actual_status="Failed"
+        )
+        self.exit_code = exit_code
+        self.job_dir = job_dir
+
+
+def inherited_environment(environ: dict[str, str]) -> dict[str, str]:
+    """The caller's environment without what a job's container would not have."""
+    return {
+        key: value
+        for key, value in environ.items()
+        if key not in _NOT_INHERITED_NAMES and not key.startswith(_NOT_INHERITED)
+    }
 
 
 @dataclass
@@ -75,67 +122,47 @@ def _local_path(uri: str, what: str) -> Path:
     if path is not None:
         return path
     raise LocalModeError(
-        f"{what} is {uri!r}, but process mode reads and writes local files only: "
+        f"{what} is {uri[:200]!r}, but process mode reads and writes local files only: "
         "pass a file:// URI or a path (use instance_type='ml.*' for S3 data)"
     )
-
-
-def _channels(inputs: Any) -> dict[str, Path]:
-    if inputs is None:
-        return {}
-    if isinstance(inputs, str | os.PathLike):
-        inputs = {DEFAULT_CHANNEL: str(inputs)}
-    if not isinstance(inputs, Mapping):
-        raise LocalModeError(
-            f"inputs must be a URI or a dict of channel name to URI, got {type(inputs).__name__}"
-        )
-    channels = {}
-    for name, value in inputs.items():
-        uri = (
-            getattr(value, "config", {})
-            .get("DataSource", {})
-            .get("S3DataSource", {})
-            .get("S3Uri", value)
-        )
-        path = _local_path(str(uri), f"input channel {name!r}")
-        if not path.exists():
-            raise LocalModeError(f"input channel {name!r}: {path} does not exist")
-        channels[name] = path
-    return channels
 
 
 def plan_process_job(
     estimator: Any, inputs: Any = None, job_name: str | None = None
 ) -> tuple[ProcessJob, dict[str, Any]]:
-    """Decide everything about a process-mode job without running it.
+    """Check and decide everything about a process-mode job; create its folders.
 
-    Returns the job and the keyword arguments for ``lay_out_tree``.
+    Every refusal comes before anything is created. Returns the job and the
+    keyword arguments for ``lay_out_tree``.
     """
     if int(getattr(estimator, "instance_count", 1) or 1) != 1:
         raise LocalModeError(
             "process mode runs one instance; for instance_count > 1 use Docker local mode "
             "(instance_type='local'), which starts one container per instance"
         )
-    entry_point = getattr(estimator, "entry_point", None)
-    if not entry_point:
-        raise LocalModeError("process mode needs entry_point= (the training script to run)")
+    output_path = getattr(estimator, "output_path", None)
+    if output_path:
+        _local_path(str(output_path), "output_path")
+    checkpoint_uri = getattr(estimator, "checkpoint_s3_uri", None)
+    checkpoint_dir = _local_path(checkpoint_uri, "checkpoint_s3_uri") if checkpoint_uri else None
+    checks = check_local_job(estimator, inputs, job_name, local_only=True)
+    entry_point = str(estimator.entry_point)
     source_dir = getattr(estimator, "source_dir", None)
     script = Path(source_dir or ".", entry_point) if source_dir else Path(entry_point)
     if not script.is_file():
         raise LocalModeError(
             f"entry point {str(script)!r} does not exist: check entry_point= and source_dir="
         )
-    name = job_name or new_job_name(estimator)
-    base_dir = Path(tempfile.mkdtemp(prefix=f"trcomp-{name[:40]}-"))
-    output_path = getattr(estimator, "output_path", None)
-    output_dir = (
-        _local_path(output_path, "output_path")
-        if output_path
-        else Path(tempfile.gettempdir()) / "trcomp-jobs" / name
+    # Nothing was created before this line.
+    output_root = checks.output_root or Path(tempfile.gettempdir()) / "trcomp-jobs"
+    name, job_dir = claim_job_dir(
+        output_root,
+        checks.name,
+        renamable=not checks.name_given,
+        new_name=lambda: new_job_name(estimator),
     )
-    checkpoint_uri = getattr(estimator, "checkpoint_s3_uri", None)
-    checkpoint_dir = _local_path(checkpoint_uri, "checkpoint_s3_uri") if checkpoint_uri else None
-    env = {key: value for key, value in os.environ.items() if not key.startswith(_NOT_INHERITED)}
+    base_dir = Path(tempfile.mkdtemp(prefix=f"trcomp-{name[:40]}-"))
+    env = inherited_environment(dict(os.environ))
     env.update({str(k): str(v) for k, v in (getattr(estimator, "environment", None) or {}).items()})
     env.update(
         {
@@ -145,7 +172,9 @@ def plan_process_job(
             "PYTHONUNBUFFERED": "1",
         }
     )
-    job = ProcessJob(name, base_dir, output_dir, checkpoint_dir, list(TRAIN_COMMAND), env)
+    if checkpoint_dir is not None:
+        env[CHECKPOINT_URI_ENV] = checkpoint_dir.as_uri()
+    job = ProcessJob(name, base_dir, job_dir / "output", checkpoint_dir, list(TRAIN_COMMAND), env)
     hyperparameters = {
         key: value
         for key, value in estimator.hyperparameters().items()
@@ -154,7 +183,7 @@ def plan_process_job(
     tree = {
         "hyperparameters": hyperparameters,
         "encoded": True,
-        "channels": _channels(inputs),
+        "channels": checks.channels,
         "source_dir": Path(source_dir) if source_dir else None,
         "entry_point": entry_point if source_dir else str(script),
         "hosts": ("localhost",),
@@ -178,13 +207,22 @@ def run_process_job(
     if not wait:
         raise LocalModeError("process mode always waits for the job: call fit(wait=True)")
     job, tree = plan_process_job(estimator, inputs, job_name)
-    lay_out_tree(job.base_dir, **tree)
+    try:
+        lay_out_tree(job.base_dir, **tree)
+    except BaseException:
+        shutil.rmtree(job.base_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            job.output_dir.parent.rmdir()  # still empty: nothing ran
+        raise
     if job.checkpoint_dir is not None:
         _link_checkpoints(job)
     set_current_job_name(estimator, job.name)
     print(f"[trcomp] process mode: job {job.name} in {job.base_dir}", flush=True)
     started = time.monotonic()
-    job.exit_code = _run(job.command, job.env, quiet=logs in (None, "None", False))
+    out = subprocess.DEVNULL if logs in (None, "None", False) else None
+    process = TreeProcess(job.command, env=job.env, stdout=out, stderr=out)
+    returncode, stopped_by, _ = process.wait(outer_grace_s(job.env), f"job {job.name}")
+    job.exit_code = 128 - returncode if returncode < 0 else returncode
     job.wall_s = time.monotonic() - started
     _pack(job)
     estimator._trcomp_process_job = job
@@ -193,14 +231,23 @@ def run_process_job(
         f"{job.wall_s:.1f}s; model: {job.model_data}; output: {job.output_data}",
         flush=True,
     )
+    if stopped_by is not None:
+        message = (
+            f"job {job.name} was stopped by {signal.Signals(stopped_by).name} (exit code "
+            f"{job.exit_code}); what it saved is packed in {job.output_dir} (model.tar.gz, "
+            f"output.tar.gz) and its files are kept in {job.base_dir}"
+        )
+        if job.checkpoint_dir is not None:
+            message += f"; its checkpoints are in {job.checkpoint_dir}"
+        if stopped_by == signal.SIGINT:
+            raise JobInterrupted(message, job.exit_code)
+        print(f"[trcomp] {message}", file=sys.stderr, flush=True)
+        raise JobTerminated(message, job.exit_code, stopped_by)
     if job.exit_code != 0:
-        from sagemaker.exceptions import UnexpectedStatusException
-
-        reason = _failure_reason(job)
-        raise UnexpectedStatusException(
-            message=f"Error for Training job {job.name}: Failed. Reason: {reason}",
-            allowed_statuses=["Completed", "Stopped"],
-            actual_status="Failed",
+        raise ProcessJobFailed(
+            f"Error for Training job {job.name}: Failed. Reason: {_failure_reason(job)}",
+            job.exit_code,
+            job.base_dir,
         )
     shutil.rmtree(job.base_dir, ignore_errors=True)
     return job
@@ -214,23 +261,6 @@ def _link_checkpoints(job: ProcessJob) -> None:
     link = job.base_dir / "checkpoints"
     shutil.rmtree(link, ignore_errors=True)
     link.symlink_to(job.checkpoint_dir, target_is_directory=True)
-
-
-def _run(command: list[str], env: dict[str, str], quiet: bool) -> int:
-    out = subprocess.DEVNULL if quiet else None
-    proc = subprocess.Popen(command, env=env, stdout=out, stderr=out, start_new_session=True)
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        # Ctrl-C: give the job its SIGTERM grace period to checkpoint, like StopTrainingJob.
-        print("[trcomp] interrupted: stopping the job (SIGTERM)", file=sys.stderr, flush=True)
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        raise
 
 
 def _pack(job: ProcessJob) -> None:
@@ -251,7 +281,7 @@ def _tar(source: Path, target: Path) -> None:
 
 def _failure_reason(job: ProcessJob) -> str:
     failure = job.base_dir / "output" / "failure"
+    where = f"exit code {job.exit_code}; job files kept in {job.base_dir}"
     if failure.is_file():
-        text = failure.read_text().strip()
-        return f"{text}\n(job files kept in {job.base_dir})"
-    return f"train exited with code {job.exit_code} and wrote no failure file ({job.base_dir})"
+        return f"{failure.read_text().strip()}\n({where})"
+    return f"train exited with code {job.exit_code} and wrote no failure file ({where})"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import os
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -41,7 +44,7 @@ def estimator(project: Path, role: str, **kwargs) -> PyTorch:
         role=role,
         instance_type="local_process",
         instance_count=kwargs.pop("instance_count", 1),
-        output_path=f"file://{project / 'out'}",
+        output_path=kwargs.pop("output_path", f"file://{project / 'out'}"),
         compiler_config=TrainingCompilerConfig(enabled=False),
         **kwargs,
     )
@@ -50,11 +53,13 @@ def estimator(project: Path, role: str, **kwargs) -> PyTorch:
 @pytest.mark.slow
 def test_process_mode_runs_the_job(project: Path, role: str) -> None:
     est = estimator(project, role, hyperparameters={"greeting": "hello; rm -rf /"})
-    est.fit({"train": f"file://{project / 'data'}"})
-    assert est.model_data == f"file://{project / 'out' / 'model.tar.gz'}"
-    with tarfile.open(project / "out" / "model.tar.gz") as tar:
+    est.fit({"train": f"file://{project / 'data'}"}, job_name="greeting-job")
+    # <output_path>/<job name>/output/, as SageMaker lays out its artifacts.
+    out = project / "out" / "greeting-job" / "output"
+    assert est.model_data == f"file://{out / 'model.tar.gz'}"
+    with tarfile.open(out / "model.tar.gz") as tar:
         assert tar.extractfile("model.txt").read() == b"hello; rm -rf / world"  # type: ignore[union-attr]
-    with tarfile.open(project / "out" / "output.tar.gz") as tar:
+    with tarfile.open(out / "output.tar.gz") as tar:
         summary = json.load(tar.extractfile("data/compiler/summary.json"))  # type: ignore[arg-type]
     assert summary["outcome"] == "success"
     assert not list((project / "src").glob("__pycache__"))
@@ -63,11 +68,14 @@ def test_process_mode_runs_the_job(project: Path, role: str) -> None:
 @pytest.mark.slow
 def test_failed_job_raises_with_reason_and_keeps_model(project: Path, role: str) -> None:
     est = estimator(project, role, hyperparameters={"greeting": "hi", "fail": "yes"})
-    with pytest.raises(UnexpectedStatusException, match="the data is bad: fix row 7"):
-        est.fit({"train": str(project / "data")})
-    with tarfile.open(project / "out" / "model.tar.gz") as tar:
+    with pytest.raises(UnexpectedStatusException, match="the data is bad: fix row 7") as caught:
+        est.fit({"train": str(project / "data")}, job_name="failing-job")
+    assert caught.value.exit_code == 1  # type: ignore[attr-defined]
+    assert "exit code 1" in str(caught.value)
+    out = project / "out" / "failing-job" / "output"
+    with tarfile.open(out / "model.tar.gz") as tar:
         assert tar.extractfile("model.txt").read() == b"hi world"  # type: ignore[union-attr]
-    with tarfile.open(project / "out" / "output.tar.gz") as tar:
+    with tarfile.open(out / "output.tar.gz") as tar:
         assert "failure" in tar.getnames()
 
 
@@ -88,15 +96,76 @@ def test_plan_sets_the_same_tree_and_entrypoint(project: Path, role: str) -> Non
         ({}, {"train": "/does/not/exist"}, "does not exist"),
         ({"instance_count": 2}, None, "instance_type='local'"),
         ({"entry_point": "missing.py"}, None, "entry point .*missing.py' does not exist"),
+        ({"entry_point": "my train.py"}, None, "entry_point='my train.py' cannot be run.*' '"),
+        ({"entry_point": "t;rm.py"}, None, "entry_point='t;rm.py' cannot be run.*';'"),
+        ({"job_name": "my job"}, None, "job_name 'my job' is not a valid SageMaker"),
+        ({"job_name": "a" * 64}, None, "is not a valid SageMaker training job name"),
+        ({"job_name": "a/b"}, None, "is not a valid SageMaker training job name"),
+        ({"job_name": "-a"}, None, "is not a valid SageMaker training job name"),
+        ({"checkpoint_s3_uri": "s3://bucket/ckpt"}, None, "reads and writes local files only"),
+        ({"output_path": "FILE/out"}, None, "output_path .* is a file, not a directory"),
+        ({"checkpoint_s3_uri": "FILE/ckpt"}, None, "checkpoint_s3_uri .* is a file, not a dir"),
     ],
 )
-def test_bad_process_jobs_fail_before_running(project, role, kwargs, inputs, message) -> None:
+def test_bad_process_jobs_fail_before_anything_is_created(
+    project, role, kwargs, inputs, message, monkeypatch
+) -> None:
+    # Every temp dir the job would make goes here: it must stay empty.
+    scratch = project / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    (project / "FILE").write_text("a file, not a directory")
     entry = kwargs.pop("entry_point", None)
+    job_name = kwargs.pop("job_name", None)
+    for key in ("output_path", "checkpoint_s3_uri"):
+        if key in kwargs and kwargs[key].startswith("FILE"):
+            kwargs[key] = f"file://{project / kwargs[key]}"
     est = estimator(project, role, **kwargs)
     if entry:
+        if entry != "missing.py":  # the others exist: their names are the problem
+            (project / "src" / entry).write_text("print('never runs')\n")
         est.entry_point = entry
     with pytest.raises(LocalModeError, match=message):
-        est.fit(inputs)
+        est.fit(inputs, job_name=job_name)
+    assert not list(scratch.iterdir())
+    assert not (project / "out").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only directory")
+def test_read_only_output_path_is_refused_before_the_job(project, role) -> None:
+    locked = project / "locked"
+    locked.mkdir(mode=0o500)
+    est = estimator(project, role, output_path=f"file://{locked / 'out'}")
+    with pytest.raises(LocalModeError, match="is not writable"):
+        est.fit()
+
+
+@pytest.mark.slow
+def test_sequential_and_concurrent_jobs_keep_every_model(project, role) -> None:
+    """One output_path, four jobs (two after each other, two at once): four models."""
+    (project / "src" / "train.py").write_text(
+        "import os, pathlib, sys\n"
+        "pathlib.Path(os.environ['SM_MODEL_DIR'], 'who').write_text(sys.argv[2])\n"
+    )
+
+    def run(tag: str) -> str:
+        est = estimator(project, role, hyperparameters={"tag": tag})
+        est.fit()
+        return str(est.model_data)
+
+    models = [run("first"), run("second")]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        models += list(pool.map(run, ["third", "fourth"]))
+    assert len(set(models)) == 4
+    for uri, tag in zip(models, ["first", "second", "third", "fourth"], strict=True):
+        with tarfile.open(uri.removeprefix("file://")) as tar:
+            assert tar.extractfile("who").read().decode() == tag  # type: ignore[union-attr]
+
+
+def test_a_job_name_used_before_at_the_output_path_is_refused(project, role) -> None:
+    (project / "out" / "taken").mkdir(parents=True)
+    with pytest.raises(LocalModeError, match="never overwrites"):
+        estimator(project, role).fit(job_name="taken")
 
 
 def test_host_compiler_variables_do_not_leak_into_the_job(project, role, monkeypatch) -> None:
@@ -105,8 +174,16 @@ def test_host_compiler_variables_do_not_leak_into_the_job(project, role, monkeyp
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_host")
     monkeypatch.setenv("SM_MODEL_DIR", "/elsewhere")
     monkeypatch.setenv("MY_SETTING", "kept")
+    # fit() called from a torchrun worker: the job's launcher decides these, not the caller.
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.setenv(name, "3")
+    monkeypatch.setenv("RANKING_FILE", "kept")
     est = estimator(project, role, environment={"XLA_FLAGS": "--xla_cpu_x=1"})
     job, _ = plan_process_job(est, None, "job-2")
     assert "TORCHINDUCTOR_CACHE_DIR" not in job.env and "SM_MODEL_DIR" not in job.env
+    assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_RUN_ID"} & set(
+        job.env
+    )
+    assert job.env["RANKING_FILE"] == "kept"
     assert job.env["MY_SETTING"] == "kept"
     assert job.env["XLA_FLAGS"] == "--xla_cpu_x=1"
