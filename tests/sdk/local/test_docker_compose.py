@@ -25,7 +25,7 @@ def test_local_mode_containers_get_a_large_dev_shm(
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
     session = local_session()
-    with _local_config(session, tmp_path, "job-1"):
+    with _local_config(session, tmp_path, "job-1", 110.0):
         container = _SageMakerContainer(instance_type, 1, "trcomp-training:x", session)
         container.container_root = container._create_tmp_folder()  # what train() does first
         compose = container._generate_compose_file("train")
@@ -40,5 +40,5 @@ def test_a_shm_size_the_user_set_wins(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
     session = local_session()
     session.config = {"local": {"container_config": {"shm_size": "3g"}}}
-    with _local_config(session, tmp_path, "job-2"):
+    with _local_config(session, tmp_path, "job-2", 110.0):
         assert session.config["local"]["container_config"]["shm_size"] == "3g"
