@@ -22,7 +22,8 @@ import sagemaker.pytorch  # noqa: E402
 
 from trcomp.config import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY, TrainingCompilerConfig  # noqa: E402
 from trcomp.distribution import distribution_hyperparameters  # noqa: E402
-from trcomp.errors import CompilerConfigError, UnsupportedJobError  # noqa: E402
+from trcomp.errors import CompilerConfigError, CompilerConfigWarning, UnsupportedJobError  # noqa: E402
+from trcomp.gpus import gpu_count, single_process_warning, warn_at_caller  # noqa: E402
 from trcomp.hyperparameters import check_limits  # noqa: E402
 from trcomp.images import (  # noqa: E402
     DEFAULT_FRAMEWORK_VERSION,
@@ -36,6 +37,7 @@ from trcomp.images import (  # noqa: E402
 )
 from trcomp.instances import DOCKER_LOCAL_MODES, PROCESS_MODE  # noqa: E402
 from trcomp.metrics import metric_definitions  # noqa: E402
+from trcomp.validation import enabled_distributions  # noqa: E402
 
 __all__ = ["PROCESS_MODE", "Estimator", "HuggingFace", "PyTorch", "as_trcomp_config"]
 
@@ -65,6 +67,24 @@ def as_trcomp_config(config: Any) -> TrainingCompilerConfig | None:
         f"compiler_config must be a trcomp.TrainingCompilerConfig, got {type(config).__name__}: "
         "build it with trcomp.TrainingCompilerConfig(...)"
     )
+
+
+def _warn_single_process(
+    instance_type: str | None, distribution: dict[str, Any], config: TrainingCompilerConfig | None
+) -> None:
+    """Warn when a multi-GPU instance would run one process (one GPU) for lack of a distribution.
+
+    The jax engine is the exception: its one process drives every GPU of the host.
+    """
+    gpus = gpu_count(instance_type)
+    if gpus is None or gpus < 2 or enabled_distributions(distribution):
+        return
+    jax_engine = config is not None and config.enabled and config.backend == "xla"
+    if jax_engine and config is not None and config.engine_for(nvidia_gpu=True) == "jax":
+        return
+    message = single_process_warning(instance_type, gpus)
+    warn_at_caller(message, CompilerConfigWarning)
+    logger.warning(message)
 
 
 class _CompilerMixin:
@@ -121,6 +141,9 @@ class _CompilerMixin:
         self.distribution = dict(distribution or {})
         if self._trcomp_config is not None:
             self._trcomp_config.validate_for(self)  # type: ignore[arg-type]
+        _warn_single_process(
+            getattr(self, "instance_type", None), self.distribution, self._trcomp_config
+        )
         # Our config has the same _to_hyperparameter_dict() as the AWS one, so the
         # SDK's Framework.hyperparameters() merges it as it merges theirs;
         # hyperparameters() below merges it too, for the plain Estimator.
