@@ -58,10 +58,30 @@ def _copy_tree(source: Path, dest: Path) -> int:
     return copied
 
 
+# JAX writes its cache straight into the persisted dir (its keys hold the path).
+_PERSISTED_IN_PLACE = frozenset({"jax"})
+
+
 def restore(persistent: Path, live: Path) -> int:
     """Copy the persisted cache into the live dir; returns the number of files copied."""
     live.mkdir(parents=True, exist_ok=True)
-    return _copy_tree(persistent, live)
+    if not persistent.is_dir():
+        return 0
+    return sum(
+        _copy_tree(child, live / child.name) if child.is_dir() else _copy_tree_file(child, live)
+        for child in persistent.iterdir()
+        if child.name not in _PERSISTED_IN_PLACE
+    )
+
+
+def _copy_tree_file(source: Path, live: Path) -> int:
+    if is_transient(PurePath(source.name)):
+        return 0
+    dest = live / source.name
+    if dest.is_file() and dest.stat().st_size == source.stat().st_size:
+        return 0
+    shutil.copy2(source, dest)
+    return 1
 
 
 def persist(live: Path, persistent: Path) -> int:

@@ -90,7 +90,10 @@ def build_environment(
             defaults.update(inductor.debug_environment(paths.compiler))
     elif engine == "jax":
         decided.update(jax_engine.environment(config, devices, base_env))
-        defaults.update(jax_engine.cache_environment(cache_root))
+        # Not the live dir: JAX puts a path under its cache dir into every cache
+        # key, and the live dir's path changes from job to job. Its cache is a few
+        # files per program, fine to write straight into the checkpoint dir.
+        defaults.update(jax_engine.cache_environment(paths.cache if config.cache else scratch_dir))
         if config.debug:
             debug = jax_engine.debug_environment(paths.compiler, decided.get("XLA_FLAGS", ""))
             decided["XLA_FLAGS"] = debug.pop("XLA_FLAGS")

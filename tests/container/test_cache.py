@@ -39,3 +39,14 @@ def test_round_trip_copies_only_lasting_new_files(tmp_path: Path) -> None:
     assert not (persistent / "triton" / "tmp.pid_1_2").exists()
     assert persist(live, persistent) == 0
     assert restore(tmp_path / "missing", tmp_path / "live2") == 0
+
+
+def test_restore_leaves_the_jax_cache_where_jax_writes_it(tmp_path: Path) -> None:
+    persisted = tmp_path / "persisted"
+    (persisted / "jax").mkdir(parents=True)
+    (persisted / "jax" / "program-cache").write_bytes(b"x")
+    (persisted / "inductor").mkdir()
+    (persisted / "inductor" / "graph").write_bytes(b"y")
+    live = tmp_path / "live"
+    assert restore(persisted, live) == 1
+    assert (live / "inductor" / "graph").is_file() and not (live / "jax").exists()
