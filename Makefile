@@ -24,7 +24,7 @@ install-v3: $(VENV_V3)/.installed
 $(VENV_V3)/.installed: pyproject.toml
 	test -x $(PY_V3) || $(PYTHON) -m venv $(VENV_V3)
 	$(PY_V3) -m pip install -q --upgrade pip
-	$(PY_V3) -m pip install -q -e ".[v3,test]"
+	$(PY_V3) -m pip install -q -e ".[sdk-v3,test]"
 	touch $@
 
 # The v3 tests; V3_MARKS="container or not container" adds the Docker jobs.

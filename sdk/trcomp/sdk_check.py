@@ -19,13 +19,13 @@ _WHAT = {
     "v2": (
         "the SageMaker SDK v2 (sagemaker>=2.230,<3)",
         "trcomp.PyTorch, trcomp.HuggingFace and trcomp.Estimator need",
-        "pip install 'trcomp[v2]' (make install)",
+        "pip install 'trcomp[sdk-v2]' (make install)",
         "trcomp.v3.ModelTrainer, which works",
     ),
     "v3": (
         "the SageMaker SDK v3 (sagemaker-train)",
         "trcomp.v3.ModelTrainer needs",
-        "pip install 'trcomp[v3]' (make install-v3)",
+        "pip install 'trcomp[sdk-v3]' (make install-v3)",
         "trcomp.PyTorch, trcomp.HuggingFace or trcomp.Estimator, which work",
     ),
 }

@@ -16,16 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, ValidationError
 from sagemaker.core.shapes import CheckpointConfig
-from sagemaker.train.configs import InputData
+from sagemaker.core.training.configs import InputData
 from sagemaker.train.defaults import TrainDefaults
 from sagemaker.train.model_trainer import Mode
 from sagemaker.train.model_trainer import ModelTrainer as _V3ModelTrainer
 
 from trcomp.checkpoints import CHECKPOINT_DIR_ENV, default_checkpoint_location
 from trcomp.config import TrainingCompilerConfig
-from trcomp.errors import UnsupportedJobError
+from trcomp.errors import TrcompError, UnsupportedJobError
 from trcomp.images import (
     DEFAULT_FRAMEWORK_VERSION,
     device_for_instance,
@@ -62,6 +62,17 @@ class ModelTrainer(_V3ModelTrainer):  # type: ignore[misc]
 
     _trcomp_image_is_default: bool = PrivateAttr(default=True)
     _trcomp_distribution: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            # pydantic wraps a ValueError raised while validating; ours say what to do: unwrap.
+            for error in exc.errors():
+                cause = (error.get("ctx") or {}).get("error")
+                if isinstance(cause, TrcompError):
+                    raise cause from None
+            raise
 
     def model_post_init(self, __context: Any) -> None:
         """Refuse what cannot run and check the compiler config, then v3's own defaults."""
@@ -103,10 +114,16 @@ class ModelTrainer(_V3ModelTrainer):  # type: ignore[misc]
                 "launches one process or torchrun. Use distributed=Torchrun()."
             )
         if self._trcomp_image_is_default:
-            self.training_image = self._default_image()
+            self._assign(training_image=self._default_image())
         super().model_post_init(__context)
 
     # -- what the job gets --------------------------------------------------------------
+
+    def _assign(self, **values: Any) -> None:
+        # Through setattr: v3's fields are validated on assignment, and mypy checks this
+        # module in the v2 environment, where the base class is unknown.
+        for name, value in values.items():
+            setattr(self, name, value)
 
     def _is_local(self) -> bool:
         return bool(self.training_mode == Mode.LOCAL_CONTAINER)
@@ -125,7 +142,7 @@ class ModelTrainer(_V3ModelTrainer):  # type: ignore[misc]
         if self._is_local():
             return local_image_uri()
         session = TrainDefaults.get_sagemaker_session(self.sagemaker_session)
-        self.sagemaker_session = session
+        self._assign(sagemaker_session=session)
         region = str(session.boto_region_name)
         # boto3's client honours AWS_ENDPOINT_URL and friends (v3's account_id() does not).
         account = session.boto_session.client("sts", region_name=region).get_caller_identity()
@@ -186,15 +203,18 @@ class ModelTrainer(_V3ModelTrainer):  # type: ignore[misc]
                 environment.update(adapter.local_cache_environment())
             elif not self._is_local():
                 self._remote_checkpoints(environment)
-            saved = (self.source_code, self.distributed, self.hyperparameters, self.environment)
+            plain = {
+                "hyperparameters": self.trcomp_hyperparameters(),
+                "environment": environment,
+                "source_code": None,
+                "distributed": None,
+            }
+            saved = {name: getattr(self, name) for name in plain}
             try:
-                self.hyperparameters = self.trcomp_hyperparameters()
-                self.environment = environment
-                self.source_code = None
-                self.distributed = None
+                self._assign(**plain)
                 return dict(super()._create_training_job_args(channels, boto3))
             finally:
-                self.source_code, self.distributed, self.hyperparameters, self.environment = saved
+                self._assign(**saved)
 
     def _remote_checkpoints(self, environment: dict[str, str]) -> None:
         """Keep the compile cache in the checkpoint location (a default one if none is set)."""
@@ -208,7 +228,7 @@ class ModelTrainer(_V3ModelTrainer):  # type: ignore[misc]
                 _text(source.entry_script) if source else None,
             )
             logger.info("trcomp: compile cache kept at checkpoint_config.s3_uri=%s", uri)
-            self.checkpoint_config = CheckpointConfig(s3_uri=uri)
+            self._assign(checkpoint_config=CheckpointConfig(s3_uri=uri))
         local_path = getattr(self.checkpoint_config, "local_path", None)
         if isinstance(local_path, str) and local_path:
             environment[CHECKPOINT_DIR_ENV] = local_path
@@ -250,9 +270,12 @@ def _code_channel(source: Any, *, local: bool) -> Iterator[InputData]:
     Remote uploads skip ``SourceCode.ignore_patterns``, as v3's own code channel does.
     """
     source_dir = str(source.source_dir)
-    if source_dir.startswith("s3://") or local:
-        data_source = source_dir if source_dir.startswith("s3://") else str(Path(source_dir).resolve())
-        yield InputData(channel_name=adapter.CODE_CHANNEL, data_source=data_source)
+    if source_dir.startswith("s3://"):
+        yield InputData(channel_name=adapter.CODE_CHANNEL, data_source=source_dir)
+        return
+    if local:
+        resolved = str(Path(source_dir).resolve())
+        yield InputData(channel_name=adapter.CODE_CHANNEL, data_source=resolved)
         return
     with tempfile.TemporaryDirectory(prefix="trcomp-code-") as tmp:
         copy = Path(tmp) / "code"
