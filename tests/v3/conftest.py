@@ -14,11 +14,8 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
-REPO = TESTS.parent
 # The moto server helpers live beside the v2 SDK tests; the v3 tests share them.
 sys.path.insert(0, str(TESTS / "sdk"))
-
-V3_MISSING = "needs the SageMaker SDK v3 environment: make test-v3 (runs .venv-v3)"
 
 
 @pytest.fixture

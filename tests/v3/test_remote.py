@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from conftest import V3_MISSING
-
-pytest.importorskip("sagemaker.train.model_trainer", reason=V3_MISSING)
+pytest.importorskip(
+    "sagemaker.train.model_trainer", reason="needs the SageMaker SDK v3: run make test-v3"
+)
 
 import boto3
 from conftest_remote import ACCOUNT, REGION, MotoServer, aws_environment, moto_server

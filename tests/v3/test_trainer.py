@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from conftest import V3_MISSING
-
-pytest.importorskip("sagemaker.train.model_trainer", reason=V3_MISSING)
+pytest.importorskip(
+    "sagemaker.train.model_trainer", reason="needs the SageMaker SDK v3: run make test-v3"
+)
 
 import yaml
 from sagemaker.core.training.configs import Compute, SourceCode
@@ -168,3 +170,27 @@ def test_the_v2_estimators_say_what_to_install() -> None:
 
     with pytest.raises(ImportError, match=r"trcomp\[sdk-v2\]"):
         trcomp.PyTorch  # noqa: B018
+
+
+def _telemetry_requests(trainer: ModelTrainer, train, monkeypatch) -> list[str]:
+    """What reaches AWS while ``train(dry_run=True)`` runs (v3 emits telemetry on train)."""
+    from conftest_remote import FAKE_CREDENTIALS, aws_error_server
+
+    for key, value in {**FAKE_CREDENTIALS, "AWS_DEFAULT_REGION": "us-west-2"}.items():
+        monkeypatch.setenv(key, value)
+    with aws_error_server() as aws:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", aws.url)
+        train(dry_run=True)
+        for thread in threading.enumerate():
+            if thread.name == "sagemaker-telemetry":
+                thread.join(timeout=30)
+    return aws.received
+
+
+def test_local_mode_sends_no_telemetry(source_dir, tmp_path, monkeypatch) -> None:
+    from sagemaker.train.model_trainer import ModelTrainer as V3ModelTrainer
+
+    trainer = local_trainer(source_dir, tmp_path)
+    # v3's own train() asks STS for the account to send telemetry; ours opts out.
+    assert _telemetry_requests(trainer, partial(V3ModelTrainer.train, trainer), monkeypatch)
+    assert _telemetry_requests(trainer, trainer.train, monkeypatch) == []
