@@ -34,5 +34,6 @@ for _ in range(args.steps):
 
 model_dir = Path(os.environ.get("SM_MODEL_DIR", "model"))
 model_dir.mkdir(parents=True, exist_ok=True)
-(model_dir / "result.json").write_text(json.dumps({"loss": float(loss), "backend": runtime.backend()}))
+result = {"loss": float(loss), "backend": runtime.backend()}
+(model_dir / "result.json").write_text(json.dumps(result))
 runtime.save(model.state_dict(), model_dir / "model.pt")
