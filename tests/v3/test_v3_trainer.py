@@ -74,6 +74,7 @@ def test_the_local_job_runs_the_image_entrypoint_with_the_compiler(source_dir, t
     assert request["environment"] == {
         "TRCOMP_NPROC_PER_NODE": "2",
         "TRCOMP_CHECKPOINT_DIR": "/opt/ml/input/data/trcomp_checkpoints",
+        "TRCOMP_CHECKPOINT_URI": (tmp_path / "trcomp-checkpoints").resolve().as_uri(),
     }
     # The trainer itself is left as the user built it.
     assert trainer.source_code is not None and trainer.hyperparameters == {"steps": 4, "lr": "1e-3"}

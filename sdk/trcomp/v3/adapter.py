@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trcomp.checkpoints import CHECKPOINT_DIR_ENV
+from trcomp.checkpoints import CHECKPOINT_DIR_ENV, CHECKPOINT_URI_ENV
 from trcomp.distribution import distribution_hyperparameters
 from trcomp.errors import UnsupportedJobError
 from trcomp.hyperparameters import check_limits
@@ -178,9 +178,15 @@ def launch_environment(process_count_per_node: int | None) -> dict[str, str]:
     return {_TORCHRUN_NPROC_ENV: str(int(process_count_per_node))}
 
 
-def local_cache_environment() -> dict[str, str]:
-    """Local container mode: checkpoints (and compile caches) go to the mounted local dir."""
-    return {CHECKPOINT_DIR_ENV: f"/opt/ml/input/data/{CACHE_CHANNEL}"}
+def local_cache_environment(host_dir: Path) -> dict[str, str]:
+    """Local container mode: checkpoints (and compile caches) go to the mounted ``host_dir``.
+
+    The summary names the cache by its place on this machine, as in v2's local modes.
+    """
+    return {
+        CHECKPOINT_DIR_ENV: f"/opt/ml/input/data/{CACHE_CHANNEL}",
+        CHECKPOINT_URI_ENV: host_dir.resolve().as_uri(),
+    }
 
 
 def telemetry_opt_out_file(existing: str | None) -> Path:

@@ -200,7 +200,7 @@ class ModelTrainer(_V3ModelTrainer):  # type: ignore[misc]
                 channels.append(
                     InputData(channel_name=adapter.CACHE_CHANNEL, data_source=str(cache_dir))
                 )
-                environment.update(adapter.local_cache_environment())
+                environment.update(adapter.local_cache_environment(cache_dir))
             elif not self._is_local():
                 self._remote_checkpoints(environment)
             plain = {
