@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 
-.PHONY: install install-v3 test-v3 demo test test-sdk-lowest lint image base-image docker-engine test-container bench docs clean
+.PHONY: install install-v3 test-v3 demo test test-sdk-lowest lint image base-image docker-engine test-container bench gpu-check docs clean
 
 install: $(VENV)/.installed
 
@@ -95,3 +95,15 @@ BENCH_OUT ?= docs/benchmarks
 bench: install
 	$(PY) -m trcomp.bench --json $(BENCH_OUT)/cpu.json --markdown $(BENCH_OUT)/cpu.md \
 		--png $(BENCH_OUT)/cpu.png $(BENCH_ARGS)
+
+# GPU check (needs an NVIDIA GPU; 2 for the DDP part): probe, engines, step metric,
+# CUDA_VISIBLE_DEVICES, NCCL/DDP, in under 10 minutes. Results are written as they
+# come to $(GPU_CHECK_OUT)/gpu-check.{json,md}. Any python with torch and pydantic
+# works from this checkout: make gpu-check GPU_PY=python3. GPU_CHECK_ARGS=--dry-run
+# runs the same code on CPU.
+GPU_PY ?= $(PY)
+GPU_CHECK_OUT ?= gpu-check
+GPU_CHECK_ARGS ?=
+gpu-check:
+	PYTHONPATH=sdk:container$${PYTHONPATH:+:$$PYTHONPATH} \
+		$(GPU_PY) -m trcomp.bench.gpu_check --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)

@@ -4,11 +4,11 @@
 #   - if the command failed without writing /opt/ml/output/failure (killed,
 #     `train` missing, toolkit crash), writes a reason there, so that the SDK
 #     always has one to show;
-#   - gives files the job wrote as root in bind-mounted /opt/ml dirs back to
-#     the owner of the mount point. In SageMaker local mode those dirs are the
-#     user's (source dir, checkpoints, file:// channels) or the SDK's temp dirs,
-#     which it cannot delete otherwise. On SageMaker the mounts are root's and
-#     nothing changes.
+#   - gives files the job wrote as root in the model, output and checkpoint
+#     dirs back to the owner of the dir. In SageMaker local mode those dirs are
+#     the user's (checkpoints) or the SDK's temp dirs, which it cannot delete
+#     otherwise. On SageMaker they are root's and nothing changes. Data
+#     channels and the code dir are never walked.
 # SIGTERM/SIGINT (docker stop, Ctrl-C in local mode) go to the command.
 set -u
 
@@ -18,15 +18,30 @@ forward() {
 }
 trap forward TERM INT
 
+# The dirs a job writes: model, output and the checkpoint dir. Never the data
+# channels (an FSx or EFS channel is a shared data set: walking it would take
+# hours) nor the code dir.
+job_dirs() {
+  printf '%s\n' /opt/ml/model /opt/ml/output /opt/ml/checkpoints
+  case "${TRCOMP_CHECKPOINT_DIR:-}" in /*) printf '%s\n' "$TRCOMP_CHECKPOINT_DIR" ;; esac
+}
+
 give_back_ownership() {
-  local mnt owner
-  # Field 5 of mountinfo is the mount point (spaces come escaped as \040).
+  local dir mnt owner
+  # Each job dir, and each mount point below one (field 5 of mountinfo; spaces
+  # come escaped as \040), goes back to the owner of its own top.
   while read -r mnt; do
     [ -d "$mnt" ] || continue
     owner=$(stat -c '%u:%g' "$mnt") || continue
     [ "${owner%%:*}" = 0 ] && continue
-    find "$mnt" -xdev -user 0 -exec chown -h "$owner" {} + 2>/dev/null
-  done < <(awk '$5 ~ /^\/opt\/ml\// {print $5}' /proc/self/mountinfo | sort -u)
+    # Only what this container wrote: root-owned and newer than its start.
+    find "$mnt" -xdev -user 0 -newer "$started" -exec chown -h "$owner" {} + 2>/dev/null
+  done < <(
+    job_dirs | while read -r dir; do
+      [ -d "$dir" ] && printf '%s\n' "$dir"
+      awk -v d="$dir/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo
+    done | sort -u
+  )
 }
 
 write_failure_if_missing() {
@@ -42,6 +57,8 @@ write_failure_if_missing() {
 }
 
 if [ $# -eq 0 ]; then set -- train; fi
+# Files older than this marker were not written by this container.
+started=$(mktemp /tmp/trcomp-started.XXXXXX)
 "$@" &
 child=$!
 wait "$child"
@@ -54,4 +71,5 @@ done
 
 [ "$rc" -ne 0 ] && write_failure_if_missing "$rc" "$@"
 give_back_ownership
+rm -f "$started"
 exit "$rc"

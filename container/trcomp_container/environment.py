@@ -56,12 +56,15 @@ def build_environment(
     metrics_dir: Path,
     scratch_dir: Path,
     fallback_reason: str | None = None,
+    cache_dir: Path | None = None,
 ) -> dict[str, str]:
     """The user's process environment: ``base_env`` plus the compiler's variables.
 
     ``base_env`` is the entrypoint's own environment merged with the toolkit's
-    SM_* variables. ``scratch_dir`` holds throw-away compile caches when
-    ``config.cache`` is False, so every such job starts cold.
+    SM_* variables. ``cache_dir`` is where the compilers write their caches
+    while the job runs (default: ``paths.cache``; the entrypoint passes a local
+    dir, see :mod:`trcomp_container.cache`). ``scratch_dir`` holds throw-away
+    compile caches when ``config.cache`` is False, so every such job starts cold.
     """
     env = dict(base_env)
     decided: dict[str, str] = {
@@ -75,7 +78,7 @@ def build_environment(
         "PYTHONUNBUFFERED": "1",
     }
     defaults: dict[str, str] = {}
-    cache_root = paths.cache if config.cache else scratch_dir
+    cache_root = (cache_dir or paths.cache) if config.cache else scratch_dir
     if backend == "inductor":
         decided.update(inductor.environment(config))
         defaults.update(inductor.cache_environment(cache_root))

@@ -79,6 +79,8 @@ class Job:
     num_gpus: int
     num_cpus: int
     environ: Mapping[str, str] = field(default_factory=dict)
+    instance_type: str = ""
+    network_interface: str = ""
 
     @classmethod
     def from_toolkit(cls) -> Job:
@@ -109,4 +111,6 @@ class Job:
             num_gpus=int(env.num_gpus),
             num_cpus=int(env.num_cpus),
             environ=dict(os.environ),
+            instance_type=str(env.resource_config.get("current_instance_type") or ""),
+            network_interface=str(env.network_interface_name or ""),
         )

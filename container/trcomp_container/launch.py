@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trcomp.distribution import DISTRIBUTION_KEYS
+from trcomp.gpus import single_process_warning
 from trcomp_container.backends import ConcreteBackend
 from trcomp_container.devices import Devices
 from trcomp_container.failures import ExitCode, JobFailed
@@ -26,6 +27,7 @@ __all__ = [
     "distribution_of",
     "entry_point_command",
     "nproc_per_node",
+    "single_process_note",
 ]
 
 Distribution = Literal["none", "torch_distributed", "pytorchxla"]
@@ -107,6 +109,15 @@ def nproc_per_node(
     if devices.tpus and backend == "xla":
         return devices.tpus
     return 1
+
+
+def single_process_note(
+    distribution: Distribution, devices: Devices, instance_type: str | None
+) -> str | None:
+    """The warning for one process on several visible GPUs (no distribution); else None."""
+    if distribution != "none" or devices.gpus < 2:
+        return None
+    return single_process_warning(instance_type, devices.gpus)
 
 
 def entry_point_command(code_dir: Path, entry_point: str, python: str) -> list[str]:

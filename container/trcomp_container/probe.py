@@ -1,15 +1,21 @@
 """Can the chosen compiler start here? Run in a child with the job's environment.
 
-``python -m trcomp_container.probe inductor|xla <gpus>`` prints one JSON line:
-``{"ok": bool, "reason": str, "hardware": str}``. A child keeps a broken
-torch-xla or CUDA set-up from taking the entrypoint down, and sees exactly the
-environment the user's script will see.
+``python -m trcomp_container.probe inductor|xla|eager <gpus>`` prints one JSON
+line: ``{"ok": bool, "reason": str, "hardware": str, "gpus_seen": int}``. A
+child keeps a broken torch-xla or CUDA set-up from taking the entrypoint down,
+and sees exactly the environment the user's script will see.
+
+On GPUs the inductor check compiles and runs a tiny graph on ``cuda:0``, so a
+missing C compiler (triton builds its launchers with one), a missing libcuda or
+a triton that does not match the GPU fails here, with its reason, before the
+job starts. ``eager`` only counts the GPUs torch sees. ``gpus_seen`` is torch's
+count, which decides how many processes the job starts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +24,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "ProbeResult",
+    "compile_tiny_graph",
     "cpu_inductor_check",
     "probe",
     "run_probe",
@@ -34,31 +41,91 @@ class ProbeResult:
     ok: bool
     reason: str = ""
     hardware: str = ""
+    gpus_seen: int = 0
+
+
+# Substrings of compile errors, and what to do about them.
+_FIXES = (
+    ("C compiler", "install gcc in the image or set CC"),
+    ("C++ compiler", "install g++ in the image or set CXX"),
+    (
+        "libcuda",
+        "the driver's libcuda.so is not mounted: run with the NVIDIA container "
+        "runtime and NVIDIA_DRIVER_CAPABILITIES including compute (trcomp's image sets it)",
+    ),
+    ("Python.h", "install the Python headers (python3-dev) in the image"),
+)
 
 
 def probe(backend: str, gpus: int) -> ProbeResult:
     """Check in this process that ``backend`` can run on ``gpus`` GPUs (0: CPU/TPU)."""
+    seen = 0
     try:
-        return _probe_xla(gpus) if backend == "xla" else _probe_inductor(gpus)
+        if backend == "xla":
+            return _probe_xla(gpus)
+        seen = _gpus_seen() if gpus else 0
+        if gpus and not seen:
+            return _no_gpu(gpus)
+        if backend == "eager":
+            return ProbeResult(True, hardware=f"cuda x{seen}" if seen else "cpu", gpus_seen=seen)
+        return compile_tiny_graph("cuda" if gpus else "cpu", seen)
     except Exception as exc:  # any failure to start is the answer, not a crash
-        return ProbeResult(False, f"{type(exc).__name__}: {exc}")
+        return ProbeResult(False, _failure_text(exc), gpus_seen=seen)
 
 
-def _probe_inductor(gpus: int) -> ProbeResult:
+def _failure_text(exc: BaseException) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {' | '.join(lines[:6])[:1500]}"
+    fixes = [fix for needle, fix in _FIXES if needle in str(exc)]
+    return text + (f"; fix: {fixes[0]}" if fixes else "")
+
+
+def _gpus_seen() -> int:
     import torch
 
-    if gpus:
-        if not torch.cuda.is_available() or torch.cuda.device_count() < gpus:
-            return ProbeResult(
-                False,
-                f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees "
-                f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} of the "
-                f"{gpus} GPUs: the image needs a CUDA build of torch that matches the driver",
-            )
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _no_gpu(gpus: int) -> ProbeResult:
+    import torch
+
+    why = ""
+    try:
+        torch.cuda.init()
+    except Exception as exc:  # the driver's own words (version mismatch, no device)
+        why = f" ({type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]})"
+    return ProbeResult(
+        False,
+        f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees none of the {gpus} "
+        f"GPUs{why}: the image needs a CUDA build of torch that matches the driver",
+    )
+
+
+def compile_tiny_graph(device: str, gpus_seen: int = 0) -> ProbeResult:
+    """Compile and run ``(2x).relu().sum()`` with inductor on ``device``: a real compile.
+
+    On ``cuda`` this builds a triton kernel (C compiler, libcuda, ptxas); on
+    ``cpu`` a C++ kernel (the C++ compiler and Python headers).
+    """
+    import torch
+
+    def tiny(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).relu().sum()
+
+    target = torch.device(device, 0) if device == "cuda" else torch.device(device)
+    compiled = torch.compile(tiny, backend="inductor", fullgraph=True)
+    value = float(compiled(torch.ones(8, device=target)).item())
+    if value != 16.0:
+        return ProbeResult(False, f"inductor computed sum(2*[1]*8) as {value} on {target}")
+    if device == "cuda":
         import triton
 
-        return ProbeResult(True, hardware=f"cuda x{gpus}, triton {triton.__version__}")
-    return cpu_inductor_check(os.environ)
+        hardware = (
+            f"cuda x{gpus_seen} ({torch.cuda.get_device_name(target)}), triton {triton.__version__}"
+        )
+    else:
+        hardware = "cpu, inductor compiled a test graph"
+    return ProbeResult(True, hardware=hardware, gpus_seen=gpus_seen)
 
 
 def _probe_xla(gpus: int) -> ProbeResult:
@@ -99,7 +166,11 @@ def cpu_inductor_check(env: Mapping[str, str]) -> ProbeResult:
 
 
 def run_probe(backend: str, gpus: int, env: Mapping[str, str]) -> ProbeResult:
-    """Check ``backend`` can start: in a child process with ``env`` (CPU inductor: in-process)."""
+    """Check ``backend`` can start: in a child process with ``env``.
+
+    CPU inductor is checked in-process (is there a C++ compiler?): a child that
+    imports torch and compiles would add seconds to every CPU job.
+    """
     if backend == "inductor" and not gpus:
         return cpu_inductor_check(env)
     child_env = {k: v for k, v in env.items() if k != "TRCOMP_METRICS_DIR"}
@@ -116,7 +187,12 @@ def run_probe(backend: str, gpus: int, env: Mapping[str, str]) -> ProbeResult:
     for line in reversed(done.stdout.splitlines()):
         if line.startswith("{"):
             body = json.loads(line)
-            return ProbeResult(bool(body["ok"]), str(body["reason"]), str(body["hardware"]))
+            return ProbeResult(
+                bool(body["ok"]),
+                str(body["reason"]),
+                str(body["hardware"]),
+                int(body.get("gpus_seen", 0)),
+            )
     tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
     return ProbeResult(
         False, f"the {backend} check exited with {done.returncode}: " + " | ".join(tail)
@@ -154,4 +230,4 @@ def unknown_inductor_options(options: Mapping[str, object], env: Mapping[str, st
 
 if __name__ == "__main__":
     result = probe(sys.argv[1], int(sys.argv[2]))
-    print(json.dumps({"ok": result.ok, "reason": result.reason, "hardware": result.hardware}))
+    print(json.dumps(dataclasses.asdict(result)))

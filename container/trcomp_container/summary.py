@@ -111,6 +111,7 @@ def build_summary(
                 "rank": record.get("rank"),
                 "pid": record.get("pid"),
                 "steps": record.get("steps", 0),
+                "step_clock": record.get("step_clock", "cpu"),
                 **metrics,
                 "graph_break_reasons": compile_info.get("graph_break_reasons", {}),
                 "compile_cache": compile_info.get("cache"),

@@ -12,6 +12,7 @@ where the toolkit's console script is not on PATH.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ from trcomp.checkpoints import CHECKPOINT_URI_ENV
 from trcomp.config import TrainingCompilerConfig
 from trcomp.errors import CompilerConfigError
 from trcomp.proctree import grace_s
+from trcomp_container import cache
 from trcomp_container import summary as summary_module
 from trcomp_container.backends import ConcreteBackend, resolve_backend
 from trcomp_container.devices import Devices, detect_devices
@@ -39,6 +41,7 @@ from trcomp_container.failures import (
     torchrun_root_cause,
     write_failure,
 )
+from trcomp_container.gpu_setup import launch_environment, require_visible_gpus
 from trcomp_container.hints import hint_for
 from trcomp_container.job import Job
 from trcomp_container.launch import (
@@ -46,6 +49,7 @@ from trcomp_container.launch import (
     build_command,
     distribution_of,
     nproc_per_node,
+    single_process_note,
 )
 from trcomp_container.probe import run_probe, unknown_inductor_options
 from trcomp_container.runner import RunResult, run, wait_for_hosts
@@ -89,6 +93,9 @@ def run_job(job: Job) -> tuple[int, str]:
         exit_code = ExitCode.INTERNAL
         reason = f"trcomp internal error: {type(exc).__name__}: {exc}; please report it\n{tail}"
     finally:
+        live = _live_cache(scratch)
+        if live.is_dir():  # what the job compiled is kept, whatever happened
+            report.facts["cache_files_saved"] = cache.persist(live, job.paths.cache)
         shutil.rmtree(scratch, ignore_errors=True)
     report.facts.update(
         exit_code=exit_code,
@@ -118,12 +125,20 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
         ) from None
     devices = detect_devices(job.num_gpus, job.environ)
     report.facts.update(devices=str(devices), requested_backend=config.backend, debug=config.debug)
+    require_visible_gpus(job, devices)
+    _warn(report, *devices.notes)
     backend = resolve_backend(config, devices)
     # Known before anything else can fail: the summary must not say "compiler off".
     report.facts.update(backend=backend)
     distribution = distribution_of(job.framework_params)
     entry_point = _prepare_code(job)
     base_env = {**job.environ, **job.toolkit_env}
+
+    # Before the start-up check, which compiles a tiny graph into the same cache.
+    cache_warm = config.cache and any(p.is_file() for p in job.paths.cache.rglob("*"))
+    live_cache = _live_cache(scratch)
+    if config.cache and backend is not None:
+        report.facts["cache_files_restored"] = cache.restore(job.paths.cache, live_cache)
 
     def environment(chosen: ConcreteBackend | None, fallback: str | None) -> dict[str, str]:
         return build_environment(
@@ -135,13 +150,12 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
             metrics_dir=metrics_dir,
             scratch_dir=scratch,
             fallback_reason=fallback,
+            cache_dir=live_cache,
         )
 
-    # Before the start-up check, which compiles a tiny graph into the same cache.
-    cache_warm = config.cache and any(p.is_file() for p in job.paths.cache.rglob("*"))
     env = environment(backend, None)
-    if backend is not None:
-        backend, env = _check_backend(config, backend, devices, env, report, environment)
+    if backend is not None or devices.gpus:
+        backend, env, devices = _check_backend(config, backend, devices, env, report, environment)
     if backend == "inductor" and config.inductor_options:
         _check_inductor_options(config, env)
     cache_dir = job.paths.cache if (config.cache and backend) else None
@@ -153,6 +167,12 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
         compiler_dir=str(job.paths.compiler),
     )
     nproc = nproc_per_node(distribution, backend, devices, job.environ)
+    note = single_process_note(distribution, devices, job.instance_type or None)
+    if note:
+        _warn(report, note)
+    extra, warnings = launch_environment(job, backend, nproc, env)
+    env.update(extra)
+    _warn(report, *warnings)
     command = build_command(
         code_dir=job.paths.code,
         entry_point=entry_point,
@@ -169,6 +189,17 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     print(f"[trcomp] backend={backend or 'eager'} devices={devices} command={command}", flush=True)
     result = run(plan, grace_s(job.environ))
     return _outcome(result, metrics_dir, backend, torchrun=distribution != "none")
+
+
+def _warn(report: _Report, *warnings: str) -> None:
+    for warning in warnings:
+        report.warnings.append(warning)
+        print(f"[trcomp] WARNING: {warning}", file=sys.stderr, flush=True)
+
+
+def _live_cache(scratch: Path) -> Path:
+    """Where the compilers write while the job runs (local disk, not the synced checkpoints)."""
+    return scratch / "compile-cache"
 
 
 def _prepare_code(job: Job) -> str:
@@ -227,36 +258,54 @@ def _check_inductor_options(config: TrainingCompilerConfig, env: dict[str, str])
 
 def _check_backend(
     config: TrainingCompilerConfig,
-    backend: ConcreteBackend,
+    backend: ConcreteBackend | None,
     devices: Devices,
     env: dict[str, str],
     report: _Report,
     environment: Callable[[ConcreteBackend | None, str | None], dict[str, str]],
-) -> tuple[ConcreteBackend | None, dict[str, str]]:
-    result = run_probe(backend, devices.gpus, env)
+) -> tuple[ConcreteBackend | None, dict[str, str], Devices]:
+    """Probe the backend (or, compiler off, torch's view of the GPUs) in a child.
+
+    Returns the backend to run (None after a fallback to eager), its environment
+    and the devices, with the GPU count torch actually sees.
+    """
+    result = run_probe(backend or "eager", devices.gpus, env)
     report.facts["hardware"] = result.hardware
+    if devices.gpus and result.gpus_seen and result.gpus_seen != devices.gpus:
+        _warn(
+            report,
+            f"nvidia-smi and CUDA_VISIBLE_DEVICES give {devices.gpus} GPU(s) but torch sees "
+            f"{result.gpus_seen}: the job uses the {result.gpus_seen} torch sees",
+        )
+        devices = dataclasses.replace(devices, gpus=result.gpus_seen)
+        report.facts["devices"] = str(devices)
     if result.ok:
-        return backend, env
-    if devices.gpus:
+        return backend, env, devices
+    if devices.gpus and not result.gpus_seen:
+        what = f"backend={backend!r}" if backend else "torch"
         raise JobFailed(
-            f"backend={backend!r} cannot drive the {devices} of this host: {result.reason}. "
-            "Use backend='inductor' (or 'auto') on NVIDIA GPUs; trcomp never trains on CPU "
-            "while GPUs are present.",
+            f"{what} cannot drive the {devices} of this host: {result.reason}. "
+            + ("Use backend='inductor' (or 'auto') on NVIDIA GPUs; " if backend == "xla" else "")
+            + "trcomp never trains on CPU while GPUs are present.",
+            ExitCode.COMPILER_UNAVAILABLE,
+        )
+    if backend is None:
+        raise JobFailed(
+            f"torch cannot start on the {devices}: {result.reason}. Fix the image.",
             ExitCode.COMPILER_UNAVAILABLE,
         )
     if config.fallback == "fail":
         raise JobFailed(
-            f"the {backend} compiler cannot start: {result.reason}. Fix the image, or set "
-            "fallback='eager' to run uncompiled.",
+            f"the {backend} compiler cannot start: {result.reason}. Fix the image, or "
+            "set fallback='eager' to run uncompiled.",
             ExitCode.COMPILER_UNAVAILABLE,
         )
     warning = (
         f"the {backend} compiler cannot start ({result.reason}); running EAGER (uncompiled) "
-        "because fallback='eager'"
+        f"on the {devices} because fallback='eager'"
     )
-    report.warnings.append(warning)
-    print(f"[trcomp] WARNING: {warning}", file=sys.stderr, flush=True)
-    return None, environment(None, warning)
+    _warn(report, warning)
+    return None, environment(None, warning), devices
 
 
 def _outcome(

@@ -27,7 +27,8 @@ except ImportError as _missing:  # a v3 environment, or no SDK at all
 
 from trcomp.config import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY, TrainingCompilerConfig  # noqa: E402
 from trcomp.distribution import distribution_hyperparameters  # noqa: E402
-from trcomp.errors import CompilerConfigError, UnsupportedJobError  # noqa: E402
+from trcomp.errors import CompilerConfigError, CompilerConfigWarning, UnsupportedJobError  # noqa: E402
+from trcomp.gpus import gpu_count, single_process_warning, warn_at_caller  # noqa: E402
 from trcomp.hyperparameters import check_limits  # noqa: E402
 from trcomp.images import (  # noqa: E402
     DEFAULT_FRAMEWORK_VERSION,
@@ -41,6 +42,7 @@ from trcomp.images import (  # noqa: E402
 )
 from trcomp.instances import DOCKER_LOCAL_MODES, PROCESS_MODE  # noqa: E402
 from trcomp.metrics import metric_definitions  # noqa: E402
+from trcomp.validation import enabled_distributions  # noqa: E402
 
 __all__ = ["PROCESS_MODE", "Estimator", "HuggingFace", "PyTorch", "as_trcomp_config"]
 
@@ -70,6 +72,16 @@ def as_trcomp_config(config: Any) -> TrainingCompilerConfig | None:
         f"compiler_config must be a trcomp.TrainingCompilerConfig, got {type(config).__name__}: "
         "build it with trcomp.TrainingCompilerConfig(...)"
     )
+
+
+def _warn_single_process(instance_type: str | None, distribution: dict[str, Any]) -> None:
+    """Warn when a multi-GPU instance would run one process (one GPU) for lack of a distribution."""
+    gpus = gpu_count(instance_type)
+    if gpus is None or gpus < 2 or enabled_distributions(distribution):
+        return
+    message = single_process_warning(instance_type, gpus)
+    warn_at_caller(message, CompilerConfigWarning)
+    logger.warning(message)
 
 
 class _CompilerMixin:
@@ -126,6 +138,7 @@ class _CompilerMixin:
         self.distribution = dict(distribution or {})
         if self._trcomp_config is not None:
             self._trcomp_config.validate_for(self)  # type: ignore[arg-type]
+        _warn_single_process(getattr(self, "instance_type", None), self.distribution)
         # Our config has the same _to_hyperparameter_dict() as the AWS one, so the
         # SDK's Framework.hyperparameters() merges it as it merges theirs;
         # hyperparameters() below merges it too, for the plain Estimator.

@@ -8,6 +8,9 @@ checkout (with its virtualenv) to the Docker daemon. It holds:
   metadata (its base requirements and the ``container`` extra, minus the
   SageMaker SDK, which only the client side uses). The Dockerfile installs it
   in its heavy layer, which Docker reuses until the requirements change;
+- ``requirements-hf.txt``: the ``hf`` extra (transformers, accelerate), installed
+  in its own layer after the heavy one, so changing its pins does not reinstall
+  torch;
 - ``wheels/``: the trcomp wheel, built from the checkout, installed last so
   that a code change rebuilds only the light layers;
 - ``extra-ca.pem``: an extra CA bundle to trust (empty unless given), for
@@ -30,6 +33,7 @@ import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from trcomp.errors import LocalModeError
 from trcomp.images import LOCAL_IMAGE
@@ -40,6 +44,7 @@ __all__ = [
     "BuildResult",
     "build_image",
     "container_requirements",
+    "extra_requirements",
     "run_build",
     "source_root",
     "stage_context",
@@ -104,24 +109,42 @@ def source_root(start: str | os.PathLike[str] | None = None) -> Path:
     return root
 
 
-def container_requirements(wheel: str | os.PathLike[str]) -> list[str]:
-    """The requirements the image installs for a trcomp wheel, read from its metadata.
-
-    Base requirements and the ``container`` extra, without the client-only SDK.
-    """
+def _wheel_requirements(wheel: str | os.PathLike[str]) -> list[Any]:
     from packaging.requirements import Requirement
 
     with zipfile.ZipFile(wheel) as zf:
         name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         metadata = zf.read(name).decode()
+    return [
+        Requirement(line.split(":", 1)[1].strip())
+        for line in metadata.splitlines()
+        if line.startswith("Requires-Dist:")
+    ]
+
+
+def container_requirements(wheel: str | os.PathLike[str]) -> list[str]:
+    """The requirements the image installs for a trcomp wheel, read from its metadata.
+
+    Base requirements and the ``container`` extra, without the client-only SDK.
+    """
     requirements: list[str] = []
-    for line in metadata.splitlines():
-        if not line.startswith("Requires-Dist:"):
-            continue
-        req = Requirement(line.split(":", 1)[1].strip())
+    for req in _wheel_requirements(wheel):
         if req.name.lower() in _CLIENT_ONLY:
             continue
         if req.marker is not None and not req.marker.evaluate({"extra": "container"}):
+            continue
+        req.marker = None
+        requirements.append(str(req))
+    return requirements
+
+
+def extra_requirements(wheel: str | os.PathLike[str], extra: str) -> list[str]:
+    """The requirements of one extra of a trcomp wheel only (``hf``: transformers, accelerate)."""
+    requirements: list[str] = []
+    for req in _wheel_requirements(wheel):
+        if req.marker is None or not req.marker.evaluate({"extra": extra}):
+            continue
+        if req.marker.evaluate({"extra": ""}):  # a base requirement with another marker
             continue
         req.marker = None
         requirements.append(str(req))
@@ -182,6 +205,8 @@ def stage_context(
         shutil.copy2(src / "container" / name, context / name)
     wheel = _build_wheel(src, context / "wheels")
     (context / "requirements.txt").write_text("\n".join(container_requirements(wheel)) + "\n")
+    hf = extra_requirements(wheel, "hf")
+    (context / "requirements-hf.txt").write_text("\n".join(hf) + "\n")
     ca = b""
     if extra_ca_bundle:
         ca_path = Path(extra_ca_bundle)

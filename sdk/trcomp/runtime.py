@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "backend",
     "compile",
+    "compile_kwargs",
     "device",
     "is_enabled",
     "mark_step",
@@ -76,7 +77,12 @@ def is_enabled() -> bool:
 
 
 def device() -> torch.device:
-    """The device to train on: the XLA device under xla, else this rank's GPU, else CPU."""
+    """The device to train on: the XLA device under xla, else this rank's GPU, else CPU.
+
+    On GPUs it also makes this rank's GPU (``LOCAL_RANK``) the current CUDA
+    device, so that tensors created without a device, NCCL and CUDA graphs use
+    it instead of every rank piling onto GPU 0.
+    """
     import torch
 
     if backend() == "xla":
@@ -84,33 +90,53 @@ def device() -> torch.device:
 
         return torch_xla.device()
     if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
     return torch.device("cpu")
+
+
+def compile_kwargs(config: Mapping[str, Any], mode_options: Any = None) -> dict[str, Any]:
+    """The ``torch.compile`` arguments for a resolved config (pure).
+
+    torch.compile refuses ``mode`` and ``options`` together, so when the config
+    has both, ``mode`` becomes the options it stands for
+    (``torch._inductor.list_mode_options``; ``mode_options`` replaces it in tests)
+    and the user's ``inductor_options`` are applied over them: reduce-overhead
+    keeps its CUDA graphs, max-autotune its autotuning, unless an option says
+    otherwise.
+    """
+    kwargs: dict[str, Any] = {"backend": "inductor"}
+    mode = config.get("mode", "default")
+    if mode != "default":
+        kwargs["mode"] = mode
+    if config.get("fullgraph"):
+        kwargs["fullgraph"] = True
+    if config.get("dynamic") is not None:
+        kwargs["dynamic"] = config["dynamic"]
+    if config.get("inductor_options"):
+        options: dict[str, Any] = {}
+        if "mode" in kwargs:
+            if mode_options is None:
+                from torch._inductor import list_mode_options as mode_options
+            options.update(mode_options(kwargs.pop("mode"), kwargs.get("dynamic")))
+        options.update(config["inductor_options"])
+        kwargs["options"] = options
+    return kwargs
 
 
 def compile(model: torch.nn.Module) -> torch.nn.Module:
     """``torch.compile`` under inductor with the config's options; the model itself otherwise.
 
     Under xla the model is returned as is: torch-xla traces and compiles lazily.
-    Only options that differ from torch.compile's defaults are passed.
+    Only options that differ from torch.compile's defaults are passed; see
+    :func:`compile_kwargs` for ``mode`` together with ``inductor_options``.
     """
     if backend() != "inductor":
         return model
     import torch
 
-    config = resolved_config()
-    kwargs: dict[str, Any] = {"backend": "inductor"}
-    if config.get("mode", "default") != "default":
-        kwargs["mode"] = config["mode"]
-    if config.get("fullgraph"):
-        kwargs["fullgraph"] = True
-    if config.get("dynamic") is not None:
-        kwargs["dynamic"] = config["dynamic"]
-    if config.get("inductor_options"):
-        if "mode" in kwargs:
-            # torch.compile takes mode or options, not both: options win, mode is dropped.
-            kwargs.pop("mode")
-        kwargs["options"] = dict(config["inductor_options"])
+    kwargs = compile_kwargs(resolved_config())
     compiled: torch.nn.Module = torch.compile(model, **kwargs)  # type: ignore[assignment]
     return compiled
 

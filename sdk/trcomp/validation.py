@@ -8,11 +8,11 @@ AWS calls.
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trcomp.errors import CompilerConfigWarning, UnsupportedJobError
+from trcomp.gpus import warn_at_caller
 from trcomp.instances import describe_instance, supported_gpu_families
 from trcomp.jobspec import JobSpec
 
@@ -48,7 +48,7 @@ def enabled_distributions(distribution: Mapping[str, Any] | None) -> list[str]:
 
 
 def _warn(message: str, issued: list[str]) -> None:
-    warnings.warn(message, CompilerConfigWarning, stacklevel=4)
+    warn_at_caller(message, CompilerConfigWarning)
     logger.warning(message)
     issued.append(message)
 

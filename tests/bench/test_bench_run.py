@@ -78,18 +78,33 @@ def test_gpu_script_math_and_report() -> None:
     assert "989 TFLOP/s" in report and "| 2.00x |" in report
 
 
+def test_gpu_script_runs_backend_by_backend_with_max_autotune_last() -> None:
+    order = gpu_h200.run_order(["gpt2-small", "bert-base"], ["max-autotune", "eager", "inductor"])
+    assert order == [
+        ("gpt2-small", "eager"),
+        ("bert-base", "eager"),
+        ("gpt2-small", "inductor"),
+        ("bert-base", "inductor"),
+        ("gpt2-small", "max-autotune"),
+        ("bert-base", "max-autotune"),
+    ]
+
+
 def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
-    script = Path(gpu_h200.__file__)
+    sdk = Path(gpu_h200.__file__).parents[2]
     proc = subprocess.run(
-        [sys.executable, str(script), "--dry-run", "--backends", "eager", "--steps", "2",
-         "--warmup", "1", "--json", str(tmp_path / "gpu.json")],
+        [sys.executable, "-m", "trcomp.bench.gpu_h200", "--dry-run", "--backends", "eager",
+         "--steps", "2", "--warmup", "1", "--out", str(tmp_path / "gpu")],
         capture_output=True, text=True, timeout=300,
-        env={"PATH": "/usr/bin:/bin", "USE_TORCH_XLA": "0"},
+        env={"PATH": "/usr/bin:/bin", "USE_TORCH_XLA": "0", "PYTHONPATH": str(sdk)},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| gpt2-small | eager |" in proc.stdout and "| bert-base | eager |" in proc.stdout
-    rows = json.loads((tmp_path / "gpu.json").read_text())
-    assert {r["model"] for r in rows} == {"gpt2-small", "bert-base"}
+    body = json.loads((tmp_path / "gpu.json").read_text())
+    assert {e["result"]["model"] for e in body["results"]} == {"gpt2-small", "bert-base"}
+    assert body["meta"]["versions"]["torch"].startswith("2.9")  # versions are recorded
+    assert "triton" in body["meta"]["versions"]
+    assert "| gpt2-small | eager |" in (tmp_path / "gpu.md").read_text()
 
 
 def test_xla_runs_through_the_runtime_helpers_and_matches_eager(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -122,8 +123,9 @@ def test_caches_follow_the_checkpoint_dir_the_estimator_names(tmp_path, jobs):
         env={"TRCOMP_CHECKPOINT_DIR": str(custom), "TRCOMP_CHECKPOINT_URI": "file:///me/ckpt/"},
     )
     assert run.returncode == 0, run.output
-    cache = custom / "trcomp-cache"
-    assert run.model_json("seen.json")["env"]["TORCHINDUCTOR_CACHE_DIR"] == str(cache / "inductor")
+    live = Path(run.model_json("seen.json")["env"]["TORCHINDUCTOR_CACHE_DIR"])
+    # The compilers write to a local dir; the cache persists under the checkpoint dir.
+    assert live.name == "inductor" and not live.is_relative_to(custom)
     # Reported where the user keeps it, not at the job's own (deleted) path.
     assert run.summary["cache_dir"] == "file:///me/ckpt/trcomp-cache"
 
@@ -138,9 +140,8 @@ def test_legacy_two_key_job_compiles_with_inductor(tmp_path, jobs):
     seen = run.model_json("seen.json")
     assert seen["backend"] == "inductor"
     assert seen["env"]["ACCELERATE_DYNAMO_BACKEND"] == "INDUCTOR"
-    assert seen["env"]["TORCHINDUCTOR_CACHE_DIR"] == str(
-        tmp_path / "checkpoints/trcomp-cache/inductor"
-    )
+    assert seen["env"]["TORCHINDUCTOR_CACHE_DIR"].endswith("/compile-cache/inductor")
+    assert run.summary["cache_dir"] == str(tmp_path / "checkpoints/trcomp-cache")
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import pytest
 
 from trcomp.config import TrainingCompilerConfig
 from trcomp.metrics import parse_metrics
+from trcomp_container.cache import is_transient
 
 pytestmark = pytest.mark.slow
 
@@ -82,6 +83,11 @@ def test_xla_debug_dumps_land_in_the_compiler_directory(loop_runs):
 def test_warm_job_hits_inductors_cache(loop_runs, tmp_path, jobs, record_property):
     """A second job restoring the same checkpoints (checkpoint_s3_uri) starts warm."""
     cold = loop_runs["inductor"]
+    persisted = cold.base / "checkpoints" / "trcomp-cache"
+    kept = [p.relative_to(persisted) for p in persisted.rglob("*") if p.is_file()]
+    # Saved at the end from the live cache: compiled files, no temp files or locks.
+    assert cold.summary["cache_files_saved"] == len(kept) > 0
+    assert not [p for p in kept if is_transient(p)]
     shutil.copytree(cold.base / "checkpoints", tmp_path / "checkpoints")
     warm = jobs.run_job(
         tmp_path,
@@ -91,6 +97,7 @@ def test_warm_job_hits_inductors_cache(loop_runs, tmp_path, jobs, record_propert
     )
     assert warm.returncode == 0, warm.output
     assert warm.summary["cache_warm"] is True and cold.summary["cache_warm"] is False
+    assert warm.summary["cache_files_restored"] == len(kept)
     times = {
         "cold_compile_s": cold.metrics["compile_time_s"],
         "warm_compile_s": warm.metrics["compile_time_s"],

@@ -14,8 +14,9 @@ pytestmark = pytest.mark.container
 _VERSIONS = """
 import json, importlib.metadata as md
 import torch, torch_xla, sagemaker_training, trcomp, trcomp_container
+import transformers, accelerate
 print(json.dumps({name: md.version(name) for name in
-      ("torch", "torch-xla", "sagemaker-training", "trcomp")}))
+      ("torch", "torch-xla", "sagemaker-training", "trcomp", "transformers", "accelerate")}))
 """
 
 
@@ -44,12 +45,17 @@ def test_image_holds_torch_xla_toolkit_and_trcomp(image: str) -> None:
     from trcomp import __version__
 
     assert versions["trcomp"] == __version__
+    # The hf extra's range: what trcomp.HuggingFace jobs import.
+    assert versions["transformers"] >= "4.57" and versions["accelerate"] >= "1.0"
 
 
 def test_image_environment(image: str) -> None:
     env = dict(line.split("=", 1) for line in _run(image, "env", entrypoint="env").splitlines())
     assert env["SAGEMAKER_TRAINING_MODULE"] == "trcomp_container.training:main"
     assert env["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    assert env["USE_TORCH_XLA"] == "0"  # the entrypoint sets 1 for the torch-xla engine only
     assert _run(image, "train", entrypoint="which").strip()
 
 
@@ -117,6 +123,30 @@ def test_entrypoint_gives_files_back_to_the_mount_owner(image: str, tmp_path: Pa
         f"{model}:/opt/ml/model",
     )
     assert {(p.stat().st_uid, p.stat().st_gid) for p in model.rglob("*")} == {(4321, 4321)}
+
+
+def test_entrypoint_leaves_data_channels_and_older_files_alone(image: str, tmp_path: Path) -> None:
+    """Only what the job wrote in model/output/checkpoints changes owner; data is never walked."""
+    model, data = tmp_path / "model", tmp_path / "data"
+    for directory in (model, data):
+        directory.mkdir()
+        (directory / "old").write_text("root's, from before the job")
+        os.utime(directory / "old", (1_000_000_000, 1_000_000_000))
+        os.chown(directory, 4321, 4321)
+    _run(
+        image,
+        "sh",
+        "-c",
+        "touch /opt/ml/model/new /opt/ml/input/data/train/new",
+        "-v",
+        f"{model}:/opt/ml/model",
+        "-v",
+        f"{data}:/opt/ml/input/data/train",
+    )
+    assert (model / "new").stat().st_uid == 4321
+    assert (model / "old").stat().st_uid == 0
+    assert (data / "new").stat().st_uid == 0
+    assert (data / "old").stat().st_uid == 0
 
 
 def test_entrypoint_writes_a_failure_reason_when_the_command_did_not(

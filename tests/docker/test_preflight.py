@@ -142,6 +142,7 @@ def test_local_gpu_compose_file_asks_for_gpus(
     (service,) = compose["services"].values()
     devices = service["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"count": "all", "capabilities": ["gpu"]}]
+    assert service["shm_size"].endswith("g")  # not Docker's 64 MB: NCCL and DataLoaders need it
     assert service["image"] == image
     assert JOB_LABEL in service["labels"]
     # Compose's own stop (Ctrl-C at a terminal) waits longer than the runner's grace.

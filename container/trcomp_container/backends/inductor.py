@@ -12,7 +12,7 @@ from pathlib import Path
 
 from trcomp.config import TrainingCompilerConfig
 
-__all__ = ["cache_environment", "debug_environment", "environment"]
+__all__ = ["cache_environment", "compile_threads", "debug_environment", "environment"]
 
 
 def environment(config: TrainingCompilerConfig) -> dict[str, str]:
@@ -52,3 +52,11 @@ def debug_environment(compiler_dir: Path) -> dict[str, str]:
         "TORCH_COMPILE_DEBUG_DIR": str(compiler_dir / "inductor_debug"),
         "TORCH_TRACE": str(compiler_dir / "trace"),
     }
+
+
+def compile_threads(num_cpus: int, nproc_per_node: int) -> dict[str, str]:
+    """``TORCHINDUCTOR_COMPILE_THREADS``: the host's CPUs shared by its ranks.
+
+    Each rank would otherwise start up to 32 compile workers: 256 on an 8-GPU host.
+    """
+    return {"TORCHINDUCTOR_COMPILE_THREADS": str(max(1, num_cpus // max(1, nproc_per_node)))}

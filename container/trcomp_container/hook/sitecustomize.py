@@ -5,7 +5,9 @@ this module at start-up in every process of the job (torchrun workers too).
 It does nothing unless ``TRCOMP_METRICS_DIR`` is set, imports nothing heavy,
 and hooks in only when the script itself imports torch:
 
-- a global optimizer step post-hook times the first and the steady steps;
+- a global optimizer step post-hook times the first and the steady steps, on
+  the GPU's timeline when CUDA runs (``trcomp_stepclock``), and stays out of
+  the graph when the user compiles ``optimizer.step`` (no graph break);
 - dynamo's compile callbacks time every compilation and count recompiles;
 - torch-xla's metrics give its compile count and time;
 - an exception hook records an uncaught exception for the failure file.
@@ -34,6 +36,8 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
+from trcomp_stepclock import StepClock
+
 __all__: list[str] = []
 
 _START = time.time()
@@ -48,8 +52,7 @@ class _State:
     def __init__(self) -> None:
         self.steps = 0
         self.first_step_s: float | None = None
-        self.last_step: float | None = None
-        self.intervals: list[float] = []
+        self.clock = StepClock(_MAX_INTERVALS)
         self.optimizer_id: int | None = None
         self.compile_s = 0.0
         self.compile_events = 0
@@ -74,17 +77,20 @@ def _xla_compile_count() -> int | None:
 
 
 def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    now = time.time()
+    # When the user compiles optimizer.step, dynamo traces this hook: it must only
+    # call _record_step, which _after_dynamo makes a call dynamo moves after the graph.
+    _record_step(id(optimizer))
+
+
+def _record_step(optimizer_id: int) -> None:
     if _state.optimizer_id is None:
-        _state.optimizer_id = id(optimizer)
-    elif id(optimizer) != _state.optimizer_id:
+        _state.optimizer_id = optimizer_id
+    elif optimizer_id != _state.optimizer_id:
         return  # several optimizers (or a wrapper): count the first one's steps only
     _state.steps += 1
     if _state.first_step_s is None:
-        _state.first_step_s = now - _START
-    elif _state.last_step is not None and len(_state.intervals) < _MAX_INTERVALS:
-        _state.intervals.append(now - _state.last_step)
-    _state.last_step = now
+        _state.first_step_s = time.time() - _START
+    _state.clock.mark()
     with contextlib.suppress(Exception):
         count = _xla_compile_count()
         if count is not None:
@@ -140,7 +146,15 @@ def _after_codecache(codecache: ModuleType) -> None:
 
 
 def _after_dynamo(dynamo: ModuleType) -> None:
+    global _record_step
+    import torch._dynamo.config as dynamo_config
     from torch._dynamo.callback import callback_handler
+
+    # Not traced (disable), and called after the compiled graph instead of
+    # breaking it (a reorderable logging function): a compiled optimizer.step
+    # keeps its graphs, and the step is still counted and timed.
+    _record_step = dynamo.disable(_record_step)
+    dynamo_config.reorderable_logging_functions.add(_record_step)
 
     callback_handler.register_start_callback(_on_compile_start)
     callback_handler.register_end_callback(_on_compile_end)
@@ -285,7 +299,8 @@ def _dump() -> None:
         "wall_s": round(time.time() - _START, 4),
         "steps": _state.steps,
         "first_step_s": _state.first_step_s,
-        "step_intervals_s": [round(value, 6) for value in _state.intervals],
+        "step_intervals_s": [round(value, 6) for value in _state.clock.intervals()],
+        "step_clock": _state.clock.source,
         "error": _state.error,
         "warnings": _state.warnings,
         "versions": _versions(),

@@ -1,10 +1,11 @@
 """GPU benchmark for one H200, container-free: eager against inductor and max-autotune.
 
-Run it on a machine with one NVIDIA H200, torch 2.9 and transformers (no
-trcomp image, no downloads; this file imports nothing else from trcomp)::
+Run it from a checkout on a machine with one NVIDIA H200, torch 2.9 and
+transformers (no trcomp image, no downloads; it imports only the standard
+library part of trcomp, ``trcomp.bench.gpu_runs``)::
 
-    python sdk/trcomp/bench/gpu_h200.py --json h200.json     # about 6-8 minutes
-    python sdk/trcomp/bench/gpu_h200.py --dry-run             # tiny, on CPU, seconds
+    PYTHONPATH=sdk python -m trcomp.bench.gpu_h200 --out h200     # about 6-8 minutes
+    PYTHONPATH=sdk python -m trcomp.bench.gpu_h200 --dry-run --out /tmp/h200  # CPU, tiny
 
 It trains GPT-2 small (124M, seq 1024) and BERT-base (110M, masked LM, seq 512)
 from their configs with random weights, bf16 autocast and fused AdamW, each
@@ -13,7 +14,14 @@ ratio over eager, time to first step (compilation) and the model FLOPs
 utilisation, MFU = 6 * parameters * tokens per step / step time / peak, with
 the peak :data:`PEAK_TFLOPS` (H200 SXM dense bf16, no sparsity). 6·N·tokens
 ignores attention's own FLOPs, so MFU is slightly understated for long sequences.
-A run that would not finish inside ``--budget-s`` is skipped and reported.
+
+Runs go backend by backend across the models (every model eager, then every
+model under inductor, then max-autotune, whose cold autotuning is the slowest),
+so one slow compile cannot keep the cheap numbers from being taken. Each run
+has its own cap (``--run-cap-s``) inside the whole budget (``--budget-s``); a
+run that does not fit is recorded as skipped. Each result is written at once
+to ``<out>.json`` and ``<out>.md``, with the torch, triton, CUDA and driver
+versions and the GPU's name.
 """
 
 from __future__ import annotations
@@ -21,11 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
+
+from trcomp.bench.gpu_runs import MARK, ResultLog, collect_versions, marked_json, run_capped
 
 __all__ = [
     "BACKENDS",
@@ -36,12 +46,12 @@ __all__ = [
     "format_report",
     "main",
     "mfu",
+    "run_order",
     "train_flops_per_step",
 ]
 
 PEAK_TFLOPS = 989.0  # H200 SXM, dense bf16 tensor cores (1979 is the 2:4-sparse figure)
 BACKENDS = ("eager", "inductor", "max-autotune")
-_MARK = "GPU_H200_RESULT "
 
 
 @dataclass(frozen=True)
@@ -175,8 +185,28 @@ def _child(args: argparse.Namespace) -> int:
     spec = (TINY if args.dry_run else MODELS)[args.one_model]
     device = "cpu" if args.dry_run else "cuda"
     result = measure(spec, args.one_backend, args.steps, args.warmup, device)
-    print(_MARK + json.dumps(asdict(result)), flush=True)
+    print(MARK + json.dumps(asdict(result)), flush=True)
     return 0
+
+
+def run_order(models: list[str], backends: list[str]) -> list[tuple[str, str]]:
+    """Backend by backend across the models, in :data:`BACKENDS` order (max-autotune last)."""
+    ranked = sorted(backends, key=lambda b: BACKENDS.index(b))
+    return [(model, backend) for backend in ranked for model in models]
+
+
+def _markdown(log: ResultLog) -> str:
+    results = [GpuResult(**e["result"]) for e in log.entries if "result" in e]
+    versions = log.meta.get("versions", {})
+    head = (
+        f"{log.meta.get('date')}; GPUs {versions.get('gpus')}; torch {versions.get('torch')}, "
+        f"triton {versions.get('triton')}, CUDA {versions.get('cuda')}, "
+        f"driver {versions.get('driver')}; dry run: {log.meta.get('dry_run')}\n\n"
+    )
+    skipped = [
+        f"- {e['model']}/{e['backend']}: {e['status']}" for e in log.entries if "result" not in e
+    ]
+    return head + format_report(results) + ("\n" + "\n".join(skipped) if skipped else "")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -190,7 +220,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--budget-s", type=float, default=450.0, help="whole-run limit; later runs skip once spent"
     )
-    parser.add_argument("--json", help="also write the results as JSON here")
+    parser.add_argument(
+        "--run-cap-s", type=float, default=200.0, help="limit for one (model, backend) run"
+    )
+    parser.add_argument("--out", default="h200", help="writes <out>.json and <out>.md as it goes")
     parser.add_argument(
         "--dry-run", action="store_true", help="tiny configs on CPU: checks the script, not the GPU"
     )
@@ -200,7 +233,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run every (model, backend) in its own process and print the report."""
+    """Run every (model, backend) in its own capped process, writing each result at once."""
     args = _parse(argv)
     if args.one_model:
         return _child(args)
@@ -211,35 +244,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown model or backend: {', '.join(unknown)}", file=sys.stderr)
         return 2
     deadline = time.monotonic() + args.budget_s
-    results: list[GpuResult] = []
-    failures: list[str] = []
-    for model in models:
-        for backend in backends:
-            left = deadline - time.monotonic()
-            if left < 30:
-                failures.append(f"{model}/{backend}: skipped, --budget-s spent")
-                continue
-            command = [sys.executable, __file__, "--one-model", model, "--one-backend", backend,
-                       "--steps", str(args.steps), "--warmup", str(args.warmup)]  # fmt: skip
-            command += ["--dry-run"] if args.dry_run else []
-            print(f"[gpu_h200] {model} {backend} ...", file=sys.stderr, flush=True)
-            try:
-                proc = subprocess.run(command, capture_output=True, text=True, timeout=left)
-            except subprocess.TimeoutExpired:
-                failures.append(f"{model}/{backend}: did not finish within the budget")
-                continue
-            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_MARK)]
-            if proc.returncode != 0 or not lines:
-                failures.append(f"{model}/{backend}: exit {proc.returncode}: {proc.stderr[-600:]}")
-                continue
-            results.append(GpuResult(**json.loads(lines[-1][len(_MARK) :])))
-    print(format_report(results), end="")
-    for failure in failures:
-        print(f"[gpu_h200] {failure}", file=sys.stderr)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump([asdict(r) for r in results], fh, indent=2)
-    return 1 if failures else 0
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "dry_run": args.dry_run}
+    log = ResultLog(Path(args.out), meta, _markdown)
+    meta["versions"] = collect_versions()
+    log.write()
+    failed = False
+    for model, backend in run_order(models, backends):
+        cap = min(args.run_cap_s, deadline - time.monotonic())
+        entry: dict[str, Any] = {"model": model, "backend": backend}
+        if cap < 30:
+            log.add({**entry, "status": "skipped: --budget-s spent"})
+            failed = True
+            continue
+        command = [sys.executable, "-m", "trcomp.bench.gpu_h200", "--one-model", model,
+                   "--one-backend", backend, "--steps", str(args.steps),
+                   "--warmup", str(args.warmup)]  # fmt: skip
+        command += ["--dry-run"] if args.dry_run else []
+        print(f"[gpu_h200] {model} {backend} (cap {cap:.0f} s) ...", file=sys.stderr, flush=True)
+        done = run_capped(command, cap)
+        body = marked_json(done.stdout)
+        entry["seconds"] = round(done.seconds, 1)
+        if done.timed_out:
+            entry["status"] = f"stopped at its {cap:.0f} s cap"
+        elif done.returncode != 0 or body is None:
+            entry["status"] = f"exit {done.returncode}: {done.stderr[-600:]}"
+        else:
+            entry.update(status="ok", result=body)
+        failed |= entry["status"] != "ok"
+        log.add(entry)
+        print(f"[gpu_h200] {model} {backend}: {entry['status'][:200]}", file=sys.stderr)
+    print((Path(args.out).with_suffix(".md")).read_text(), end="")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

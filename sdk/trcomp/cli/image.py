@@ -181,7 +181,7 @@ def _build(args: argparse.Namespace) -> int:
     )
     if args.dry_run:
         print("# <staged context>: a temporary directory with the Dockerfile, entrypoint.sh,")
-        print("# requirements.txt and a trcomp wheel built from " + str(root))
+        print("# requirements.txt, requirements-hf.txt and a trcomp wheel built from " + str(root))
         for command in commands:
             print(shell_line(command))
         return 0

@@ -16,7 +16,9 @@ The estimators wrap the SDK's ``fit()`` in :func:`docker_job`, which
    the container;
 2. writes the artifacts of a ``file://`` output_path to
    ``<output_path>/<job name>/output/``, a folder of the job's own;
-3. labels the job's containers (through the session's ``local.container_config``)
+3. labels the job's containers and gives them a large ``/dev/shm``
+   (:func:`shm_size`; Docker's default of 64 MB breaks NCCL between GPUs and
+   DataLoader workers), both through the session's ``local.container_config``,
    and keeps the SDK's scratch files in a directory of its own;
 4. turns a failed run into a :class:`~trcomp.errors.LocalJobFailed` carrying
    the job's own failure reason (``/opt/ml/output/failure``, which local mode
@@ -59,7 +61,14 @@ from trcomp.local.docker_stop import JOB_LABEL, remove_containers, stop_on_signa
 from trcomp.local.job_checks import LocalJobChecks, check_local_job, claim_job_dir
 from trcomp.proctree import outer_grace_s
 
-__all__ = ["JOB_LABEL", "compose_command", "docker_job", "failure_reason", "preflight"]
+__all__ = [
+    "JOB_LABEL",
+    "compose_command",
+    "docker_job",
+    "failure_reason",
+    "preflight",
+    "shm_size",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -227,6 +236,16 @@ def _user_dirs(estimator: Any, scratch: Path) -> list[Path]:
 # -- the wrapper --------------------------------------------------------------------
 
 
+def shm_size(memory_bytes: int | None = None) -> str:
+    """``shm_size`` for local-mode containers: half the host's memory (a limit, not a reservation).
+
+    /dev/shm is a tmpfs: it takes memory only for what is written there.
+    """
+    if memory_bytes is None:
+        memory_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return f"{max(1, memory_bytes // 2 // 2**30)}g"
+
+
 @contextlib.contextmanager
 def _local_config(session: Any, scratch: Path, job_id: str, grace: float) -> Iterator[None]:
     """Point the session's local-mode settings at our scratch dir and label, then restore.
@@ -242,6 +261,7 @@ def _local_config(session: Any, scratch: Path, job_id: str, grace: float) -> Ite
     labels = dict(container_config.get("labels") or {})
     labels[JOB_LABEL] = job_id
     container_config["labels"] = labels
+    container_config.setdefault("shm_size", shm_size())  # a size the user set wins
     container_config["stop_grace_period"] = f"{int(grace)}s"
     local["container_config"] = container_config
     config["local"] = local

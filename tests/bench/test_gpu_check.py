@@ -1,0 +1,67 @@
+"""``make gpu-check``: its CPU dry run passes, and results are written as they come."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trcomp.bench.gpu_check import CHECKS
+from trcomp.bench.gpu_runs import ResultLog, run_capped
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_checks_run_cheapest_first() -> None:
+    assert [c.name for c in CHECKS] == [
+        "environment",
+        "visible-devices",
+        "probe",
+        "engines",
+        "step-metric",
+        "ddp",
+    ]
+    assert sum(c.cap_s for c in CHECKS) < 15 * 60  # each capped; the whole run has a budget
+
+
+def test_results_are_on_disk_after_each_entry(tmp_path: Path) -> None:
+    log = ResultLog(tmp_path / "r", {"date": "now"}, lambda log: f"{len(log.entries)} entries")
+    log.add({"check": "a", "status": "ok"})
+    assert json.loads((tmp_path / "r.json").read_text())["results"] == [
+        {"check": "a", "status": "ok"}
+    ]
+    assert (tmp_path / "r.md").read_text() == "1 entries\n"
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_a_run_over_its_cap_is_stopped() -> None:
+    done = run_capped([sys.executable, "-c", "import time; time.sleep(60)"], 1)
+    assert done.timed_out and done.returncode is None
+
+
+@pytest.mark.slow
+def test_gpu_check_dry_run_passes_on_cpu(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRCOMP_", "MAKE"))}
+    proc = subprocess.run(
+        ["make", "-s", "gpu-check", f"GPU_PY={sys.executable}",
+         f"GPU_CHECK_OUT={tmp_path}", "GPU_CHECK_ARGS=--dry-run --steps 3"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    body = json.loads((tmp_path / "gpu-check.json").read_text())
+    assert body["meta"]["dry_run"] is True
+    assert body["meta"]["versions"]["torch"].startswith("2.9")
+    assert {e["check"]: e["status"] for e in body["results"]} == dict.fromkeys(
+        [c.name for c in CHECKS], "ok"
+    )
+    results = {e["check"]: e for e in body["results"]}
+    assert results["probe"]["probe"]["ok"] is True
+    assert results["probe"]["probe_without_c_compiler"]["ok"] is False
+    assert results["engines"]["engines"]["inductor"]["max_loss_diff_vs_eager"] < 1e-4
+    assert results["step-metric"]["hook_steps"] == results["step-metric"]["hook_steps_expected"]
+    assert results["ddp"]["world_size"] == 2
+    assert "## ddp: ok" in (tmp_path / "gpu-check.md").read_text()

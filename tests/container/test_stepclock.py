@@ -1,0 +1,136 @@
+"""Step times on the device's timeline, and a metrics hook that stays out of compiled graphs."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_hook import run_hooked
+
+from trcomp_container.environment import HOOK_DIR
+from trcomp_container.summary import steady_step_time
+
+sys.path.insert(0, str(HOOK_DIR))
+from trcomp_stepclock import StepClock
+
+STEP_S = 0.05
+
+
+class _Event:
+    def __init__(self, device: SimulatedAsyncDevice) -> None:
+        self.device = device
+        self.time: float | None = None
+
+    def record(self) -> None:
+        self.device.queue.put(self)
+
+
+class SimulatedAsyncDevice:
+    """A CPU stand-in for a GPU stream: queued work runs later, in order, on a worker thread."""
+
+    name = "simulated"
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[Any] = queue.Queue()
+        self.completed = 0
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if isinstance(item, _Event):
+                item.time = time.perf_counter()
+            else:
+                time.sleep(item)  # a kernel that takes `item` seconds
+                self.completed += 1
+            self.queue.task_done()
+
+    def launch(self, seconds: float) -> None:
+        self.queue.put(seconds)
+
+    def event(self) -> _Event:
+        return _Event(self)
+
+    def elapsed_s(self, start: _Event, end: _Event) -> float:
+        assert start.time is not None and end.time is not None
+        return end.time - start.time
+
+    def synchronize(self) -> None:
+        self.queue.join()
+
+
+def test_step_time_is_the_devices_not_the_time_to_queue_work() -> None:
+    device = SimulatedAsyncDevice()
+    clock = StepClock(100, choose=lambda: device)
+    steps = 8
+    for _ in range(steps):
+        device.launch(STEP_S)  # returns at once, like a CUDA kernel launch
+        clock.mark()
+    done_when_marked = device.completed
+    intervals = clock.intervals()
+
+    assert done_when_marked < steps  # the CPU ran ahead of the device
+    assert device.completed == steps  # intervals() waited for the device
+    assert clock.source == "simulated"
+    assert len(intervals) == steps - 1
+    # Each interval spans one whole kernel on the device's timeline.
+    assert min(intervals) >= STEP_S
+    assert (steady_step_time(intervals) or 0) >= STEP_S
+
+
+def test_without_a_device_the_clock_is_the_cpus() -> None:
+    clock = StepClock(3, choose=lambda: None)
+    for _ in range(10):
+        clock.mark()
+    assert clock.source == "cpu"
+    assert len(clock.intervals()) == 3  # capped
+
+
+COMPILED_STEP = """
+import json, torch
+from torch._dynamo.utils import counters
+model = torch.nn.Linear(4, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+@torch.compile
+def step():
+    opt.step()
+
+for _ in range(3):
+    model(torch.ones(2, 4)).sum().backward()
+    step()
+print(json.dumps({
+    "graphs": counters["stats"]["unique_graphs"],
+    "breaks": sum(counters["graph_break"].values()),
+    "unimplemented": sum(counters["unimplemented"].values()),
+    "inline_failures": sum(counters["inline_call"].values()),
+}))
+"""
+
+
+@pytest.mark.slow
+def test_hook_adds_no_graph_break_to_a_compiled_optimizer_step(tmp_path: Path) -> None:
+    hooked = run_hooked(tmp_path, COMPILED_STEP)
+    assert hooked.returncode == 0, hooked.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRCOMP_")}
+    plain = subprocess.run(
+        [sys.executable, "-c", COMPILED_STEP], env=env, capture_output=True, text=True
+    )
+    assert plain.returncode == 0, plain.stderr
+
+    # The same dynamo counters with and without the hook: no extra graph break, no
+    # call dynamo could not inline (time.time() in the hook was one), no extra graph.
+    counted = json.loads(hooked.stdout.strip().splitlines()[-1])
+    assert counted == json.loads(plain.stdout.strip().splitlines()[-1])
+    (path,) = (tmp_path / "ranks").glob("rank3-pid*.json")
+    record = json.loads(path.read_text())
+    assert record["steps"] == 3  # and the compiled steps were still counted
+    assert record["step_clock"] == "cpu"
