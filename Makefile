@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 
-.PHONY: install demo test test-sdk-lowest lint image base-image docker-engine test-container bench gpu-check docs clean
+.PHONY: install install-v3 test-v3 demo test test-sdk-lowest lint image base-image docker-engine test-container bench gpu-check docs clean
 
 install: $(VENV)/.installed
 
@@ -17,6 +17,23 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps --force-reinstall "$$($(PY) -c \
 		'import importlib.metadata as m; print(next(r.split(";")[0] for r in m.requires("trcomp") if r.startswith("torchax")))')"
 	touch $@
+
+# SageMaker SDK v3 (trcomp.v3.ModelTrainer) in its own environment: v2 and v3
+# cannot share one. No torch: jobs run in the image. See docs/v3.md.
+VENV_V3 ?= .venv-v3
+PY_V3 := $(VENV_V3)/bin/python
+install-v3: $(VENV_V3)/.installed
+
+$(VENV_V3)/.installed: pyproject.toml
+	test -x $(PY_V3) || $(PYTHON) -m venv $(VENV_V3)
+	$(PY_V3) -m pip install -q --upgrade pip
+	$(PY_V3) -m pip install -q -e ".[sdk-v3,test]"
+	touch $@
+
+# The v3 tests; V3_MARKS="container or not container" adds the Docker jobs.
+V3_MARKS ?= not container
+test-v3: install-v3
+	$(PY_V3) -m pytest tests/v3 -m "$(V3_MARKS)"
 
 DEMO_ARGS ?=
 demo: install

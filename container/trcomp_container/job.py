@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trcomp.checkpoints import CHECKPOINT_DIR_ENV
+from trcomp_container.hyperparameters import read_stored, user_args
 
 __all__ = ["Job", "JobPaths", "checkpoint_dir"]
 
@@ -98,7 +99,10 @@ class Job:
         return cls(
             paths=paths,
             framework_params=dict(env.additional_framework_parameters),
-            user_args=[str(arg) for arg in env.to_cmd_args()],
+            # From the stored text, not the toolkit's decoding, so v3's strings stay as sent.
+            user_args=user_args(
+                read_stored(Path(environment.hyperparameters_file_dir)), env.hyperparameters
+            ),
             toolkit_env={key: str(value) for key, value in env.to_env_vars().items()},
             entry_point=env.user_entry_point,
             module_dir=str(env.module_dir),

@@ -10,9 +10,20 @@ environment; the entrypoint reads it (``trcomp_container.job``).
 
 from __future__ import annotations
 
+import re
+from pathlib import PurePosixPath
 from typing import Any
 
-__all__ = ["CHECKPOINT_DIR_ENV", "CHECKPOINT_URI_ENV", "export_checkpoint_path"]
+__all__ = [
+    "CHECKPOINT_DIR_ENV",
+    "CHECKPOINT_PREFIX",
+    "CHECKPOINT_URI_ENV",
+    "default_checkpoint_location",
+    "export_checkpoint_path",
+]
+
+CHECKPOINT_PREFIX = "trcomp-checkpoints"
+"""Key prefix, in the session's default bucket, of the default checkpoint locations."""
 
 CHECKPOINT_DIR_ENV = "TRCOMP_CHECKPOINT_DIR"
 """Environment variable naming the job's checkpoint directory inside the container."""
@@ -38,3 +49,22 @@ def export_checkpoint_path(estimator: Any) -> None:
         **(getattr(estimator, "environment", None) or {}),
         CHECKPOINT_DIR_ENV: str(path),
     }
+
+
+def _key_part(text: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
+    return cleaned or "job"
+
+
+def default_checkpoint_location(
+    bucket: str, bucket_prefix: str | None, base_job_name: str | None, entry_point: str | None
+) -> str:
+    """``s3://<bucket>/[<prefix>/]trcomp-checkpoints/[<base_job_name>/]<entry point stem>/``.
+
+    Stable across jobs of the same script, so the next job starts with a warm
+    compile cache. Pure: the caller looks the default bucket up.
+    """
+    stem = PurePosixPath(str(entry_point)).stem if entry_point else None
+    parts = [_key_part(p) for p in (base_job_name, stem) if p] or ["job"]
+    keys = [k.strip("/") for k in (bucket, bucket_prefix or "", CHECKPOINT_PREFIX, *parts)]
+    return "s3://" + "/".join(k for k in keys if k) + "/"

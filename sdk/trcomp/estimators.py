@@ -16,9 +16,14 @@ from trcomp.session import quiet_sagemaker
 
 quiet_sagemaker()
 
-import sagemaker.estimator  # noqa: E402
-import sagemaker.huggingface  # noqa: E402
-import sagemaker.pytorch  # noqa: E402
+try:
+    import sagemaker.estimator
+    import sagemaker.huggingface
+    import sagemaker.pytorch
+except ImportError as _missing:  # a v3 environment, or no SDK at all
+    from trcomp.sdk_check import wrong_sdk_message
+
+    raise ImportError(wrong_sdk_message("v2", _missing)) from None
 
 from trcomp.config import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY, TrainingCompilerConfig  # noqa: E402
 from trcomp.distribution import distribution_hyperparameters  # noqa: E402

@@ -20,11 +20,14 @@ import logging
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
-from trcomp.checkpoints import export_checkpoint_path
+from trcomp.checkpoints import (
+    CHECKPOINT_PREFIX,
+    default_checkpoint_location,
+    export_checkpoint_path,
+)
 from trcomp.errors import TrcompError
 from trcomp.images import DEFERRED_IMAGE
 from trcomp.session import quiet_sagemaker
@@ -32,7 +35,6 @@ from trcomp.session import quiet_sagemaker
 quiet_sagemaker()
 
 import sagemaker  # noqa: E402
-from sagemaker.s3_utils import s3_path_join  # noqa: E402
 from sagemaker.utils import sts_regional_endpoint  # noqa: E402
 
 __all__ = [
@@ -50,9 +52,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("trcomp")
-
-CHECKPOINT_PREFIX = "trcomp-checkpoints"
-"""Key prefix, in the session's default bucket, of the default checkpoint locations."""
 
 # Names that must never be sent as a job's environment or hyperparameters.
 _CREDENTIAL_NAMES = frozenset(
@@ -109,11 +108,6 @@ def remote_session(boto_session: Any = None, **kwargs: Any) -> RemoteSession:
 # -- what a job gets -----------------------------------------------------------------
 
 
-def _key_part(text: str) -> str:
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
-    return cleaned or "job"
-
-
 def default_checkpoint_uri(estimator: Any) -> str | None:
     """Where a job's ``/opt/ml/checkpoints`` (and so its compile cache) is kept in S3.
 
@@ -129,19 +123,11 @@ def default_checkpoint_uri(estimator: Any) -> str | None:
     if getattr(estimator, "checkpoint_s3_uri", None):
         return None
     session = estimator.sagemaker_session
-    entry_point = getattr(estimator, "entry_point", None)
-    stem = PurePosixPath(str(entry_point)).stem if entry_point else None
-    base = getattr(estimator, "base_job_name", None)
-    parts = [_key_part(p) for p in (base, stem) if p] or ["job"]
-    return str(
-        s3_path_join(
-            "s3://",
-            session.default_bucket(),
-            getattr(session, "default_bucket_prefix", None) or "",
-            CHECKPOINT_PREFIX,
-            *parts,
-            with_end_slash=True,
-        )
+    return default_checkpoint_location(
+        session.default_bucket(),
+        getattr(session, "default_bucket_prefix", None),
+        getattr(estimator, "base_job_name", None),
+        getattr(estimator, "entry_point", None),
     )
 
 

@@ -1,7 +1,8 @@
-"""Checks of a compiler config against the estimator it is given to.
+"""Checks of a compiler config against the job it is given to.
 
-They run in the estimator's constructor, before anything is uploaded. They only
-read the estimator's attributes: no network, no AWS calls.
+They run in the estimator's (or v3 ModelTrainer's) constructor, before anything
+is uploaded. They only read a :class:`~trcomp.jobspec.JobSpec`: no network, no
+AWS calls.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from trcomp.errors import CompilerConfigWarning, UnsupportedJobError
 from trcomp.gpus import warn_at_caller
 from trcomp.instances import describe_instance, supported_gpu_families
+from trcomp.jobspec import JobSpec
 
 if TYPE_CHECKING:
     from trcomp.config import TrainingCompilerConfig
@@ -51,20 +53,16 @@ def _warn(message: str, issued: list[str]) -> None:
     issued.append(message)
 
 
-def _instance_types(estimator: Any) -> list[str]:
-    groups = getattr(estimator, "instance_groups", None) or []
-    if groups:
-        return [group.instance_type for group in groups]
-    instance_type = getattr(estimator, "instance_type", None)
-    return [instance_type] if instance_type else []
+def validate_job(config: TrainingCompilerConfig, job: JobSpec | Any) -> list[str]:
+    """Raise :class:`UnsupportedJobError` for what cannot work; warn for what may disappoint.
 
-
-def validate_job(config: TrainingCompilerConfig, estimator: Any) -> list[str]:
-    """Raise :class:`UnsupportedJobError` for what cannot work; warn for what may disappoint."""
+    ``job`` is a :class:`JobSpec`, or a v2 estimator it is read from.
+    """
     issued: list[str] = []
     if not config.enabled:
         return issued
-    types = _instance_types(estimator)
+    spec = job if isinstance(job, JobSpec) else JobSpec.from_estimator(job)
+    types = spec.instance_types
     if len(set(types)) > 1:
         raise UnsupportedJobError(
             f"heterogeneous instance_groups ({', '.join(sorted(set(types)))}) are not supported "
@@ -79,14 +77,14 @@ def validate_job(config: TrainingCompilerConfig, estimator: Any) -> list[str]:
             issued,
         )
     if info is not None:
-        _check_instance(config, estimator, info, issued)
-    _check_distribution(config, getattr(estimator, "distribution", None))
-    _check_observers(estimator, issued)
+        _check_instance(config, spec, info, issued)
+    _check_distribution(config, spec.distribution)
+    _check_observers(spec, issued)
     return issued
 
 
 def _check_instance(
-    config: TrainingCompilerConfig, estimator: Any, info: Any, issued: list[str]
+    config: TrainingCompilerConfig, spec: JobSpec, info: Any, issued: list[str]
 ) -> None:
     if info.kind == "neuron":
         raise UnsupportedJobError(
@@ -110,9 +108,9 @@ def _check_instance(
             issued,
         )
     if config.backend == "xla" and config.engine_for(nvidia_gpu=info.has_nvidia_gpu) == "jax":
-        _check_jax_engine(estimator, info, issued)
+        _check_jax_engine(spec, info, issued)
     elif config.backend == "xla" and info.has_nvidia_gpu:
-        if getattr(estimator, "_trcomp_image_is_default", True):
+        if spec.image_is_default:
             raise UnsupportedJobError(
                 f"backend='xla' cannot use the GPUs of {info.instance_type} with the default "
                 "trcomp image: torch-xla 2.9 has no CUDA support (it was removed in 2.9). Set "
@@ -120,7 +118,7 @@ def _check_instance(
                 "CUDA-enabled torch-xla build."
             )
         _warn(
-            f"backend='xla' on {info.instance_type} with image {estimator.image_uri}: this only "
+            f"backend='xla' on {info.instance_type} with image {spec.image_uri}: this only "
             "works if that image has a CUDA-enabled torch-xla; otherwise the job fails at start.",
             issued,
         )
@@ -157,27 +155,25 @@ JAX_ENGINE_WARNING = (
 )
 
 
-def _check_jax_engine(estimator: Any, info: Any, issued: list[str]) -> None:
-    from sagemaker.huggingface import HuggingFace
-
+def _check_jax_engine(spec: JobSpec, info: Any, issued: list[str]) -> None:
     where = f"on {info.instance_type}"
-    if isinstance(estimator, HuggingFace):
+    if spec.hf_trainer:
         raise UnsupportedJobError(
             f"trcomp.HuggingFace with backend='xla' {where} runs the jax engine, which cannot "
             "compile an unmodified HF Trainer script: Trainer's step is not a function "
             "compile_step can trace. Use backend='inductor' (or 'auto') for HF Trainer scripts."
         )
-    for name in enabled_distributions(getattr(estimator, "distribution", None)):
+    for name in enabled_distributions(spec.distribution):
         if name in ("torch_distributed", "pytorchddp", "pytorchxla"):
             raise UnsupportedJobError(
                 f"distribution {name!r} starts one process per device, but the jax engine of "
                 f"backend='xla' ({where}) drives all devices of a host from one process: drop "
                 "distribution=, or use backend='inductor' with torch_distributed"
             )
-    if int(getattr(estimator, "instance_count", None) or 1) > 1:
+    if spec.instance_count > 1:
         raise UnsupportedJobError(
             f"the jax engine of backend='xla' runs on one host; instance_count="
-            f"{estimator.instance_count} asks for several (multi-host JAX is not supported "
+            f"{spec.instance_count} asks for several (multi-host JAX is not supported "
             "yet): use instance_count=1, or backend='inductor' with torch_distributed"
         )
     _warn(JAX_ENGINE_WARNING, issued)
@@ -203,16 +199,14 @@ def _check_distribution(config: TrainingCompilerConfig, distribution: Any) -> No
             )
 
 
-def _check_observers(estimator: Any, issued: list[str]) -> None:
-    debugger = getattr(estimator, "debugger_hook_config", None)
-    if debugger not in (None, False):
+def _check_observers(spec: JobSpec, issued: list[str]) -> None:
+    if spec.debugger_on:
         _warn(
             "SageMaker Debugger is on: its hooks read tensors every step, which makes the "
             "compiler recompile or break graphs. Pass debugger_hook_config=False.",
             issued,
         )
-    profiler = getattr(estimator, "profiler_config", None)
-    if profiler is not None and not getattr(estimator, "disable_profiler", False):
+    if spec.profiler_on:
         _warn(
             "SageMaker Profiler is on: framework profiling adds hooks that make the compiler "
             "recompile. Pass disable_profiler=True.",

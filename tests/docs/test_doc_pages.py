@@ -15,6 +15,7 @@ NOT_RUN = {
     "remote.md": "submits to AWS",
     "local-mode.md": "needs Docker and the image (tests/docker runs these jobs)",
     "benchmarks.md": "runs the full benchmark",
+    "v3.md": "needs the SDK v3 environment and Docker (tests/v3/test_v3_local_container.py)",
 }
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 

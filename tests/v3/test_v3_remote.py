@@ -1,0 +1,170 @@
+"""A remote trcomp.v3.ModelTrainer job against a moto server: the CreateTrainingJob it sends.
+
+moto cannot simulate IAM policies (v3 calls iam:SimulatePrincipalPolicy to check
+the role), so the role check is off here (``SAGEMAKER_VALIDATE_ROLE=false``), and
+v3's ``Session.default_bucket()`` calls the public STS endpoint, so the session
+names its bucket. Everything else reaches the emulator for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip(
+    "sagemaker.train.model_trainer", reason="needs the SageMaker SDK v3: run make test-v3"
+)
+
+import boto3
+from conftest_remote import ACCOUNT, REGION, MotoServer, aws_environment, moto_server
+from sagemaker.core.helper.session_helper import Session
+from sagemaker.core.shapes import CheckpointConfig
+from sagemaker.core.training.configs import Compute, SourceCode
+from sagemaker.train.distributed import Torchrun
+
+from trcomp import CompilerConfigWarning, TrainingCompilerConfig, UnsupportedJobError
+from trcomp.v3 import ModelTrainer
+
+BUCKET = "trcomp-v3-test-bucket"
+INDUCTOR = TrainingCompilerConfig(backend="inductor")
+TRUST = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "sagemaker.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+        }
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def aws(tmp_path_factory) -> Iterator[tuple[MotoServer, str]]:
+    """A moto server, boto3 pointed at it, and an execution role that exists there."""
+    saved = os.environ.get("SAGEMAKER_VALIDATE_ROLE")
+    os.environ["SAGEMAKER_VALIDATE_ROLE"] = "false"
+    try:
+        with (
+            moto_server(tmp_path_factory.mktemp("moto")) as server,
+            aws_environment(server.url),
+        ):
+            iam = boto3.client("iam")
+            role = iam.create_role(
+                RoleName="SageMakerRole", AssumeRolePolicyDocument=json.dumps(TRUST)
+            )["Role"]["Arn"]
+            yield server, role
+    finally:
+        if saved is None:
+            os.environ.pop("SAGEMAKER_VALIDATE_ROLE", None)
+        else:
+            os.environ["SAGEMAKER_VALIDATE_ROLE"] = saved
+
+
+def remote_trainer(role: str, source_dir: Path, **kwargs: Any) -> ModelTrainer:
+    options: dict[str, Any] = {
+        "source_code": SourceCode(source_dir=str(source_dir), entry_script="ddp.py"),
+        "compute": Compute(instance_type="ml.g5.2xlarge", instance_count=1),
+        "role": role,
+        "sagemaker_session": Session(boto_session=boto3.Session(), default_bucket=BUCKET),
+        "compiler_config": INDUCTOR,
+        **kwargs,
+    }
+    return ModelTrainer(**options)
+
+
+def test_the_create_training_job_request(aws, source_dir, monkeypatch) -> None:
+    server, role = aws
+    monkeypatch.delenv("TRCOMP_IMAGE_URI", raising=False)
+    (source_dir / "__pycache__").mkdir(exist_ok=True)
+    (source_dir / "__pycache__" / "stale.pyc").write_bytes(b"x")
+    trainer = remote_trainer(
+        role,
+        source_dir,
+        hyperparameters={"steps": 20, "lr": "1e-3"},
+        distributed=Torchrun(),
+    )
+    trainer.train(wait=False, logs=False)
+
+    (request,) = server.json_requests("CreateTrainingJob")
+    print(json.dumps(request, indent=1))  # the request, for `pytest -s`
+    # trcomp's image with its own entrypoint: no ContainerEntrypoint, no v3 driver.
+    assert request["AlgorithmSpecification"] == {
+        "TrainingInputMode": "File",
+        "TrainingImage": f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/"
+        "trcomp-training:0.1.0-torch2.9.0-gpu",
+    }
+    assert request["HyperParameters"] == {
+        "steps": "20",
+        "lr": "1e-3",
+        "sagemaker_program": "ddp.py",
+        "sagemaker_submit_directory": "/opt/ml/input/data/code",
+        "sagemaker_torch_distributed_enabled": "true",
+        "sagemaker_instance_type": '"ml.g5.2xlarge"',
+        **INDUCTOR.to_hyperparameters(),
+    }
+    (channel,) = request["InputDataConfig"]
+    assert channel["ChannelName"] == "code"
+    code_uri = channel["DataSource"]["S3DataSource"]["S3Uri"]
+    assert code_uri.startswith(f"s3://{BUCKET}/trcomp-training-job/")
+    prefix = code_uri.removeprefix(f"s3://{BUCKET}/")
+    listed = boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+    uploaded = {obj["Key"].removeprefix(prefix).lstrip("/") for obj in listed["Contents"]}
+    assert {"ddp.py", "loop.py"} <= uploaded
+    assert not any("__pycache__" in key for key in uploaded)  # SourceCode.ignore_patterns
+    # The compile cache lives in the checkpoint location: a stable default per script.
+    assert request["CheckpointConfig"] == {
+        "S3Uri": f"s3://{BUCKET}/trcomp-checkpoints/trcomp-training-job/ddp/"
+    }
+    assert "Environment" not in request or request["Environment"] == {}
+
+
+def test_the_users_image_and_checkpoint_path_are_kept(aws, source_dir, monkeypatch) -> None:
+    server, role = aws
+    monkeypatch.setenv("TRCOMP_IMAGE_URI", f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mine:1")
+    checkpoints = CheckpointConfig(s3_uri=f"s3://{BUCKET}/mine/", local_path="/opt/ml/ckpt")
+    trainer = remote_trainer(role, source_dir, checkpoint_config=checkpoints)
+    trainer.train(wait=False, logs=False)
+    request = server.json_requests("CreateTrainingJob")[-1]
+    assert request["AlgorithmSpecification"]["TrainingImage"].endswith("/mine:1")
+    assert request["CheckpointConfig"] == {
+        "S3Uri": f"s3://{BUCKET}/mine/",
+        "LocalPath": "/opt/ml/ckpt",
+    }
+    assert request["Environment"] == {"TRCOMP_CHECKPOINT_DIR": "/opt/ml/ckpt"}
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "config", "match"),
+    [
+        ("ml.g5.2xlarge", TrainingCompilerConfig(backend="xla"), "torch-xla 2.9 has no CUDA"),
+        ("ml.trn1.2xlarge", INDUCTOR, "Neuron SDK"),
+    ],
+)
+def test_the_v2_rules_refuse_before_any_aws_call(
+    aws, source_dir, instance_type, config, match
+) -> None:
+    server, role = aws
+    before = len(server.requests())
+    with pytest.raises(UnsupportedJobError, match=match):
+        remote_trainer(
+            role,
+            source_dir,
+            compute=Compute(instance_type=instance_type, instance_count=1),
+            compiler_config=config,
+        )
+    assert len(server.requests()) == before
+
+
+def test_a_cpu_instance_warns_as_in_v2(aws, source_dir) -> None:
+    _, role = aws
+    with pytest.warns(CompilerConfigWarning, match="CPU instance"):
+        trainer = remote_trainer(
+            role, source_dir, compute=Compute(instance_type="ml.m5.xlarge", instance_count=1)
+        )
+    assert trainer.training_image.endswith("trcomp-training:0.1.0-torch2.9.0-cpu")
