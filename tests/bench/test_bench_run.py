@@ -107,6 +107,27 @@ def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
     assert "| gpt2-small | eager |" in (tmp_path / "gpu.md").read_text()
 
 
+@pytest.mark.slow
+def test_gpu_script_runs_the_jax_engine_cold_then_warm(tmp_path: Path) -> None:
+    pytest.importorskip("torchax")
+    sdk = Path(gpu_h200.__file__).parents[2]
+    out = tmp_path / "gpu"
+    proc = subprocess.run(
+        [sys.executable, "-m", "trcomp.bench.gpu_h200", "--dry-run", "--models", "gpt2-small",
+         "--backends", "jax-warm,eager,jax", "--steps", "2", "--warmup", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+        env={"PATH": "/usr/bin:/bin", "USE_TORCH_XLA": "0", "PYTHONPATH": str(sdk)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    body = json.loads((tmp_path / "gpu.json").read_text())
+    # Cold before warm, whatever order --backends names them in.
+    assert [e["backend"] for e in body["results"]] == ["eager", "jax", "jax-warm"]
+    assert "| gpt2-small | jax | bf16 weights |" in proc.stdout
+    assert "| gpt2-small | jax-warm | bf16 weights |" in proc.stdout
+    cache = Path(f"{out}-jax-cache") / "gpt2-small"
+    assert any(p.is_file() for p in cache.rglob("*"))  # the cold run filled JAX's cache
+
+
 def test_xla_runs_through_the_runtime_helpers_and_matches_eager(
     tmp_path: Path, clean_env: pytest.MonkeyPatch
 ) -> None:

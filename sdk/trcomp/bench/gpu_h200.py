@@ -1,4 +1,4 @@
-"""GPU benchmark for one H200, container-free: eager against inductor and max-autotune.
+"""GPU benchmark for one H200, container-free: eager against inductor, max-autotune and jax.
 
 Run it from a checkout on a machine with one NVIDIA H200, torch 2.9 and
 transformers (no trcomp image, no downloads; it imports only the standard
@@ -15,8 +15,18 @@ utilisation, MFU = 6 * parameters * tokens per step / step time / peak, with
 the peak :data:`PEAK_TFLOPS` (H200 SXM dense bf16, no sparsity). 6·N·tokens
 ignores attention's own FLOPs, so MFU is slightly understated for long sequences.
 
-Runs go backend by backend across the models (every model eager, then every
-model under inductor, then max-autotune, whose cold autotuning is the slowest),
+``jax`` is the jax engine of ``backend="xla"`` (torchax on JAX with its CUDA
+plugin, ``trcomp.runtime.compile_step`` around the unchanged step), run twice:
+``jax`` with an empty JAX compilation cache (cold compile) and ``jax-warm``
+with the cache the first run filled (warm compile). It needs jax, torchax and
+the jax-cuda12 plugin from trcomp's ``container`` and ``jax-cuda`` extras, and
+``PYTHONPATH=sdk`` for ``trcomp.runtime``. torchax has no autocast, so its
+rows train bf16 weights while eager and inductor train fp32 weights under
+bf16 autocast: the report marks the precision of every row.
+
+Runs go backend by backend across the models (every model eager, then the jax
+engine cold and warm, then inductor, then max-autotune, whose cold autotuning
+is the slowest),
 so one slow compile cannot keep the cheap numbers from being taken. Each run
 has its own cap (``--run-cap-s``) inside the whole budget (``--budget-s``); a
 run that does not fit is recorded as skipped. Each result is written at once
@@ -28,6 +38,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import sys
 import time
@@ -39,11 +51,13 @@ from trcomp.bench.gpu_runs import MARK, ResultLog, collect_versions, marked_json
 
 __all__ = [
     "BACKENDS",
+    "JAX_BACKENDS",
     "MODELS",
     "PEAK_TFLOPS",
     "GpuResult",
     "ModelSpec",
     "format_report",
+    "jax_environment",
     "main",
     "mfu",
     "run_order",
@@ -51,7 +65,8 @@ __all__ = [
 ]
 
 PEAK_TFLOPS = 989.0  # H200 SXM, dense bf16 tensor cores (1979 is the 2:4-sparse figure)
-BACKENDS = ("eager", "inductor", "max-autotune")
+BACKENDS = ("eager", "jax", "jax-warm", "inductor", "max-autotune")
+JAX_BACKENDS = ("jax", "jax-warm")
 
 
 @dataclass(frozen=True)
@@ -87,6 +102,7 @@ class GpuResult:
     first_step_s: float
     step_s: float
     peak_mem_gb: float
+    precision: str = "bf16 autocast"
 
     @property
     def tokens_per_s(self) -> float:
@@ -116,8 +132,72 @@ def _build(spec: ModelSpec) -> Any:
     return BertForMaskedLM(config)
 
 
+def jax_environment(cache_dir: Path, dry_run: bool) -> dict[str, str]:
+    """What a jax-engine run's process needs: the engine on, JAX's cache in ``cache_dir``.
+
+    The same settings the container exports for a job (``TRCOMP_CONFIG``, a
+    persistent cache that keeps every program, no GPU preallocation).
+    """
+    config = {"enabled": True, "backend": "xla", "engine": "jax"}
+    return {
+        "TRCOMP_CONFIG": json.dumps(config),
+        "JAX_PLATFORMS": "cpu" if dry_run else "cuda",
+        "JAX_COMPILATION_CACHE_DIR": str(cache_dir.resolve()),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "USE_TORCH_XLA": "0",
+    }
+
+
+def _measure_jax(spec: ModelSpec, backend: str, steps: int, warmup: int) -> GpuResult:
+    """The jax engine: bf16 weights, the step traced into one XLA program by compile_step."""
+    import torch
+
+    from trcomp import runtime
+
+    if runtime.engine() != "jax":
+        raise RuntimeError("TRCOMP_CONFIG does not select the jax engine: run through main()")
+    torch.manual_seed(0)
+    device = runtime.device()
+    model = _build(spec).to(torch.bfloat16).to(device).train()
+    params = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (spec.batch_size, spec.seq_len)).to(device)
+
+    def body() -> Any:
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    step = runtime.compile_step(body)
+    start = time.perf_counter()
+    float(step())  # the host reads the loss: the program has run
+    first = time.perf_counter() - start
+    for _ in range(max(warmup - 1, 0)):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        float(step())
+        times.append(time.perf_counter() - t0)
+    import jax
+
+    stats = jax.devices()[0].memory_stats() or {}
+    peak = float(stats.get("peak_bytes_in_use", 0)) / 2**30
+    tokens = spec.batch_size * spec.seq_len
+    return GpuResult(
+        spec.name, backend, params, tokens, first, statistics.median(times), peak, "bf16 weights"
+    )
+
+
 def measure(spec: ModelSpec, backend: str, steps: int, warmup: int, device: str) -> GpuResult:
     """Train ``spec`` for ``warmup + steps`` steps on ``backend`` in this process."""
+    if backend in JAX_BACKENDS:
+        return _measure_jax(spec, backend, steps, warmup)
     import torch
 
     torch.manual_seed(0)
@@ -166,15 +246,16 @@ def format_report(results: list[GpuResult], peak_tflops: float = PEAK_TFLOPS) ->
     eager = {r.model: r.tokens_per_s for r in results if r.backend == "eager"}
     lines = [
         f"MFU = 6 * params * tokens / step time / {peak_tflops:.0f} TFLOP/s (dense bf16 peak)",
-        "| model | backend | params (M) | tokens/step | first step (s) | step (ms) "
+        "| model | backend | precision | params (M) | tokens/step | first step (s) | step (ms) "
         "| tokens/s | vs eager | MFU | peak mem (GiB) |",
-        "|" + "---|" * 10,
+        "|" + "---|" * 11,
     ]
     for r in results:
         ratio = f"{r.tokens_per_s / eager[r.model]:.2f}x" if r.model in eager else "n/a"
         util = mfu(r.params, r.tokens_per_step, r.step_s, peak_tflops)
         lines.append(
-            f"| {r.model} | {r.backend} | {r.params / 1e6:.1f} | {r.tokens_per_step} "
+            f"| {r.model} | {r.backend} | {r.precision} | {r.params / 1e6:.1f} "
+            f"| {r.tokens_per_step} "
             f"| {r.first_step_s:.1f} | {r.step_s * 1e3:.1f} | {r.tokens_per_s:,.0f} "
             f"| {ratio} | {util:.1%} | {r.peak_mem_gb:.1f} |"
         )
@@ -260,8 +341,15 @@ def main(argv: list[str] | None = None) -> int:
                    "--one-backend", backend, "--steps", str(args.steps),
                    "--warmup", str(args.warmup)]  # fmt: skip
         command += ["--dry-run"] if args.dry_run else []
+        env = None
+        if backend in JAX_BACKENDS:
+            cache = Path(f"{args.out}-jax-cache") / model
+            if backend == "jax":  # cold: an empty cache; jax-warm then reuses it
+                shutil.rmtree(cache, ignore_errors=True)
+            cache.mkdir(parents=True, exist_ok=True)
+            env = {**os.environ, **jax_environment(cache, args.dry_run)}
         print(f"[gpu_h200] {model} {backend} (cap {cap:.0f} s) ...", file=sys.stderr, flush=True)
-        done = run_capped(command, cap)
+        done = run_capped(command, cap, env=env)
         body = marked_json(done.stdout)
         entry["seconds"] = round(done.seconds, 1)
         if done.timed_out:
