@@ -8,7 +8,9 @@
 #     dirs back to the owner of the dir. In SageMaker local mode those dirs are
 #     the user's (checkpoints) or the SDK's temp dirs, which it cannot delete
 #     otherwise. On SageMaker they are root's and nothing changes. Data
-#     channels and the code dir are never walked.
+#     channels and the code dir are walked only when trcomp's Docker local
+#     mode asks for it (TRCOMP_GIVE_BACK_INPUTS=1): there they are the user's
+#     own directories; on SageMaker a channel may be a huge shared file system.
 # SIGTERM/SIGINT (docker stop, Ctrl-C in local mode) go to the command.
 set -u
 
@@ -18,12 +20,16 @@ forward() {
 }
 trap forward TERM INT
 
-# The dirs a job writes: model, output and the checkpoint dir. Never the data
+# The dirs a job writes: model, output and the checkpoint dir. The data
 # channels (an FSx or EFS channel is a shared data set: walking it would take
-# hours) nor the code dir.
+# hours) and the code dir only in trcomp's Docker local mode, where they are
+# the user's own directories, bind-mounted.
 job_dirs() {
   printf '%s\n' /opt/ml/model /opt/ml/output /opt/ml/checkpoints
   case "${TRCOMP_CHECKPOINT_DIR:-}" in /*) printf '%s\n' "$TRCOMP_CHECKPOINT_DIR" ;; esac
+  if [ "${TRCOMP_GIVE_BACK_INPUTS:-0}" = 1 ]; then
+    printf '%s\n' /opt/ml/code /opt/ml/input/data
+  fi
 }
 
 give_back_ownership() {
@@ -59,6 +65,9 @@ write_failure_if_missing() {
 if [ $# -eq 0 ]; then set -- train; fi
 # Files older than this marker were not written by this container.
 started=$(mktemp /tmp/trcomp-started.XXXXXX)
+# Back-dated: file times tick coarsely (a kernel clock tick), so a file written
+# in the same tick as the marker would not count as newer.
+touch -d '2 seconds ago' "$started"
 "$@" &
 child=$!
 wait "$child"

@@ -55,12 +55,15 @@ def test_hf_trainer_job_runs_compiled_in_docker_local_mode(
     )
     estimator.fit()
 
-    model = _members(output / "model.tar.gz")
+    # The job's own folder, <output_path>/<job name>/output (see local-mode.md).
+    artifacts = Path(str(estimator.model_data).removeprefix("file://")).parent
+    assert artifacts.parent.parent == output
+    model = _members(artifacts / "model.tar.gz")
     result = json.loads(model["result.json"])
     assert result["compiled"] == "OptimizedModule"  # ACCELERATE_DYNAMO_BACKEND did it
     assert result["device"] == "cpu"  # not the XLA device: USE_TORCH_XLA=0
     assert int(model["shm_bytes"]) > 64 * 2**20  # more than Docker's default /dev/shm
-    summary = json.loads(_members(output / "output.tar.gz")["data/compiler/summary.json"])
+    summary = json.loads(_members(artifacts / "output.tar.gz")["data/compiler/summary.json"])
     assert summary["backend"] == "inductor"
     assert summary["metrics"]["graphs_compiled"] >= 1
     assert summary["versions"]["transformers"] >= "4.57"

@@ -221,7 +221,8 @@ def _file_output_path(estimator: Any) -> Path | None:
 def _user_dirs(estimator: Any, scratch: Path) -> list[Path]:
     """The host dirs the job may write to, except data channels (possibly huge datasets).
 
-    trcomp's image fixes ownership in channels itself (container/entrypoint.sh).
+    trcomp's image fixes ownership in channels itself (container/entrypoint.sh,
+    asked to by ``TRCOMP_GIVE_BACK_INPUTS``).
     """
     dirs = [scratch]
     source_dir = getattr(estimator, "source_dir", None)
@@ -234,6 +235,24 @@ def _user_dirs(estimator: Any, scratch: Path) -> list[Path]:
 
 
 # -- the wrapper --------------------------------------------------------------------
+
+
+GIVE_BACK_INPUTS_ENV = "TRCOMP_GIVE_BACK_INPUTS"
+
+
+@contextlib.contextmanager
+def _give_back_inputs(estimator: Any) -> Iterator[None]:
+    """For this job only: trcomp's image also gives back files in the code dir and channels.
+
+    Here they are the user's own directories; on SageMaker the image leaves
+    channels alone (a channel may be a huge shared file system).
+    """
+    environment = getattr(estimator, "environment", None)
+    estimator.environment = {**(environment or {}), GIVE_BACK_INPUTS_ENV: "1"}
+    try:
+        yield
+    finally:
+        estimator.environment = environment
 
 
 def shm_size(memory_bytes: int | None = None) -> str:
@@ -287,7 +306,7 @@ def docker_job(estimator: Any, inputs: Any = None, job_name: str | None = None) 
     checks = check_local_job(estimator, inputs, job_name, local_only=False)
     image_uri = estimator.training_image_uri()
     # Refuses an S3 checkpoint URI, which local mode cannot sync, before the engine checks.
-    with checkpoint_mount(estimator) as checkpoints:
+    with checkpoint_mount(estimator) as checkpoints, _give_back_inputs(estimator):
         preflight(image_uri, estimator.instance_type)
         with (
             _job_output(estimator, checks) as name,
