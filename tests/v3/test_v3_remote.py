@@ -142,7 +142,11 @@ def test_the_users_image_and_checkpoint_path_are_kept(aws, source_dir, monkeypat
 @pytest.mark.parametrize(
     ("instance_type", "config", "match"),
     [
-        ("ml.g5.2xlarge", TrainingCompilerConfig(backend="xla"), "torch-xla 2.9 has no CUDA"),
+        (
+            "ml.g5.2xlarge",
+            TrainingCompilerConfig(backend="xla", xla_engine="torch_xla"),
+            "torch-xla 2.9 has no CUDA",
+        ),
         ("ml.trn1.2xlarge", INDUCTOR, "Neuron SDK"),
     ],
 )
@@ -158,6 +162,22 @@ def test_the_v2_rules_refuse_before_any_aws_call(
             compute=Compute(instance_type=instance_type, instance_count=1),
             compiler_config=config,
         )
+    assert len(server.requests()) == before
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"distributed": Torchrun()}, "one process per device"),
+        ({"compute": Compute(instance_type="ml.g5.2xlarge", instance_count=2)}, "one host"),
+    ],
+)
+def test_the_jax_engine_rules_hold_for_v3(aws, source_dir, options, match) -> None:
+    server, role = aws
+    before = len(server.requests())
+    jax = TrainingCompilerConfig(backend="xla", xla_engine="jax")
+    with pytest.raises(UnsupportedJobError, match=match):
+        remote_trainer(role, source_dir, compiler_config=jax, **options)
     assert len(server.requests()) == before
 
 
