@@ -148,6 +148,15 @@ class LocalJobChecks:
     checkpoint_dir: Path | None
 
 
+def _writable_local_dir(estimator: Any, attribute: str) -> Path | None:
+    """The local dir an estimator's ``file://`` URI attribute names, checked writable; else None."""
+    uri = getattr(estimator, attribute, None)
+    directory = local_path(str(uri)) if uri else None
+    if directory is not None:
+        check_writable(directory, attribute)
+    return directory
+
+
 def check_local_job(
     estimator: Any, inputs: Any, job_name: str | None, *, local_only: bool
 ) -> LocalJobChecks:
@@ -160,18 +169,8 @@ def check_local_job(
     if job_name is not None:
         check_job_name(job_name)
     name = check_job_name(job_name or new_job_name(estimator))
-    output_root = None
-    output_path = getattr(estimator, "output_path", None)
-    if output_path:
-        output_root = local_path(str(output_path))
-        if output_root is not None:
-            check_writable(output_root, "output_path")
-    checkpoint_dir = None
-    uri = getattr(estimator, "checkpoint_s3_uri", None)
-    if uri:
-        checkpoint_dir = local_path(str(uri))
-        if checkpoint_dir is not None:
-            check_writable(checkpoint_dir, "checkpoint_s3_uri")
+    output_root = _writable_local_dir(estimator, "output_path")
+    checkpoint_dir = _writable_local_dir(estimator, "checkpoint_s3_uri")
     return LocalJobChecks(
         name=name,
         name_given=job_name is not None,
