@@ -208,7 +208,7 @@ def push_command(image: str) -> list[str]:
 
 def login(registry: str, password: str) -> None:
     """Log in to ``registry`` as ``AWS``; raises ``CalledProcessError`` if docker refuses."""
-    run_docker(login_command(registry)[1:], timeout=None, input=password, check=True)
+    run_docker(login_command(registry)[1:], timeout=None, capture=False, input=password, check=True)
 
 
 def tag(source: str, target: str) -> None:
