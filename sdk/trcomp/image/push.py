@@ -81,6 +81,10 @@ def push_image(login: EcrLogin, local_image: str, remote: str) -> None:
 
     A refused step raises :class:`subprocess.CalledProcessError` (docker's output is above).
     """
+    docker_cli.require_docker(
+        "pushing the image needs the docker CLI and the local image. "
+        "Run `make docker-engine` (Debian/Ubuntu) or install Docker Engine."
+    )
     docker_cli.login(login.registry, login.password)
     docker_cli.tag(local_image, remote)
     docker_cli.push(remote)
