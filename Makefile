@@ -82,9 +82,14 @@ docker-engine:
 base-image: docker-engine
 	container/build_base.sh $(BASE_TAG)
 
-image: install docker-engine $(if $(filter $(BASE_TAG),$(BASE_IMAGE)),base-image)
-	BASE_IMAGE="$(BASE_IMAGE)" EXTRA_CA_BUNDLE="$(EXTRA_CA_BUNDLE)" \
-		$(PY) -m trcomp.image_build --tag $(IMAGE_TAG)
+# One build path: `make image` runs `trcomp image build` (trcomp.image.build.run_build);
+# building on $(BASE_TAG) makes it first with container/build_base.sh (--offline).
+IMAGE_BUILD_ARGS = --tag "$(IMAGE_TAG)"
+IMAGE_BUILD_ARGS += $(if $(filter $(BASE_TAG),$(BASE_IMAGE)),--offline)
+IMAGE_BUILD_ARGS += $(if $(BASE_IMAGE),--base-image "$(BASE_IMAGE)")
+IMAGE_BUILD_ARGS += $(if $(EXTRA_CA_BUNDLE),--extra-ca-bundle "$(EXTRA_CA_BUNDLE)")
+image: install docker-engine
+	$(PY) -m trcomp.cli image build $(strip $(IMAGE_BUILD_ARGS))
 
 test-container: install docker-engine
 	$(MAKE) image OFFLINE=1

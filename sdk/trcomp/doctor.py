@@ -5,22 +5,31 @@ and the run modes that need it (``process``, ``docker``, ``remote``). A failed c
 only fails the doctor when it is needed for a mode asked for with ``--for``; with
 no ``--for`` only trcomp's own client requirements are needed. The checks do not
 import torch unless asked (``torch_devices=True``): that takes seconds.
+
+Docker is asked through :mod:`trcomp.docker_cli`, the same calls local mode's
+preflight makes, so the two agree. The devices and the backend ``auto`` picks
+come from the container's own rule, run in a child
+(``python -m trcomp_container.backends --json``): the SDK never imports the
+container package.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from trcomp import docker_cli
 
 __all__ = [
     "MODES",
     "PACKAGES",
     "Check",
-    "backend_choices",
     "check_aws",
     "check_devices",
     "check_docker",
@@ -50,8 +59,6 @@ PACKAGES: dict[str, tuple[frozenset[str], str]] = {
     "accelerate": (frozenset(), "pip install 'trcomp[hf]' (for Hugging Face scripts)"),
 }
 
-Runner = Callable[[Sequence[str]], "tuple[int, str]"]
-
 
 @dataclass(frozen=True)
 class Check:
@@ -70,19 +77,6 @@ class Check:
         return data
 
 
-def _run(command: Sequence[str], timeout: float = 20.0) -> tuple[int, str]:
-    """Run a command; (exit code, stdout+stderr). 127 when it is not installed."""
-    if shutil.which(command[0]) is None:
-        return 127, f"{command[0]}: not found"
-    try:
-        proc = subprocess.run(
-            list(command), capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return 124, f"{' '.join(command)} did not answer within {timeout:.0f} s"
-    return proc.returncode, (proc.stdout + proc.stderr).strip()
-
-
 def check_packages(version: Callable[[str], str] = importlib.metadata.version) -> list[Check]:
     """Installed versions of trcomp and what it uses (read from metadata, nothing imported)."""
     checks = []
@@ -94,41 +88,39 @@ def check_packages(version: Callable[[str], str] = importlib.metadata.version) -
     return checks
 
 
-def check_docker(image: str, run: Runner = _run) -> list[Check]:
+def check_docker(image: str) -> list[Check]:
     """The Docker engine, compose (as SageMaker local mode calls it) and the local image."""
     docker = frozenset({"docker"})
-    code, out = run(["docker", "info", "--format", "{{.ServerVersion}}"])
-    engine_ok = code == 0 and bool(out)
+    engine = docker_cli.engine_status()
     checks = [
         Check(
             "docker engine",
-            engine_ok,
-            f"server {out}" if engine_ok else (out.splitlines() or ["no answer"])[-1],
+            engine.ok,
+            f"server {engine.version}" if engine.ok else (engine.problem or ("no answer",))[-1],
             "install Docker Engine and start it (`make docker-engine` on Debian/Ubuntu); "
             "your user must be allowed to use /var/run/docker.sock",
             docker,
         )
     ]
-    code, out = run(["docker", "compose", "version", "--short"])
-    if code == 0:
-        compose = Check("docker compose", True, f"docker compose {out}", needed_for=docker)
-    else:
-        code, out = run(["docker-compose", "version", "--short"])
-        compose = Check(
+    compose = docker_cli.compose_command()
+    checks.append(
+        Check(
             "docker compose",
-            code == 0,
-            f"docker-compose {out}" if code == 0 else "neither `docker compose` nor docker-compose",
+            compose is not None,
+            f"{' '.join(compose)} {docker_cli.compose_version(compose)}".strip()
+            if compose
+            else "neither `docker compose` (v2) nor docker-compose",
             "install the compose plugin or docker-compose (apt-get install docker-compose)",
             docker,
         )
-    checks.append(compose)
-    if engine_ok:
-        code, out = run(["docker", "image", "inspect", "--format", "{{.Id}}", image])
+    )
+    if engine.ok:
+        found = docker_cli.image_id(image)
         checks.append(
             Check(
                 "local image",
-                code == 0,
-                f"{image} {out[:19]}" if code == 0 else f"{image} not built",
+                found is not None,
+                f"{image} {found[:19]}" if found is not None else f"{image} not built",
                 "trcomp image build (or `make image`)",
                 docker,
             )
@@ -147,35 +139,55 @@ def _torch_gpus() -> str:
     return f"torch sees {len(names)} CUDA device(s): {', '.join(names)}"
 
 
-def check_devices(run: Runner = _run, torch_devices: bool = False) -> tuple[list[Check], Any]:
-    """The accelerators seen here (as the container sees them: nvidia-smi, TPU chips)."""
-    from trcomp_container.devices import detect_devices
+_NO_CONTAINER_RUNTIME = "container runtime not installed here"
 
-    code, out = run(["nvidia-smi", "-L"])
-    gpus = [line for line in out.splitlines() if line.startswith("GPU ")] if code == 0 else []
-    devices = detect_devices(len(gpus))
-    detail = str(devices)
-    if gpus:
-        detail += ": " + "; ".join(g.split(" (UUID")[0] for g in gpus)
+
+def _container_report(timeout: float = 60.0) -> dict[str, Any] | None:
+    """What ``python -m trcomp_container.backends --json`` prints, or None if it cannot run."""
+    command = [sys.executable, "-m", "trcomp_container.backends", "--json"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+        found = json.loads(done.stdout) if done.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def check_devices(torch_devices: bool = False) -> list[Check]:
+    """The accelerators seen here and what ``backend='auto'`` resolves to, here and on GPUs.
+
+    Both come from the container's own rule (:func:`_container_report`), run in
+    a child from this environment, as process mode runs the container's
+    entrypoint. Without the container runtime that is a failed check, needed
+    for process mode.
+    """
+    report = _container_report()
+    if report is None:
+        return [
+            Check(
+                "devices",
+                False,
+                _NO_CONTAINER_RUNTIME,
+                "pip install 'trcomp[container]' (process mode runs the container "
+                "runtime, trcomp_container, in this environment)",
+                frozenset({"process"}),
+            )
+        ]
+    detail = str(report["devices"])
+    if report.get("gpu_names"):
+        detail += ": " + "; ".join(map(str, report["gpu_names"]))
     checks = [Check("devices", True, detail)]
     if torch_devices:
         checks.append(Check("torch devices", True, _torch_gpus()))
-    return checks, devices
-
-
-def backend_choices(devices: Any) -> list[Check]:
-    """What ``backend='auto'`` resolves to here and on a GPU instance (the container's rule)."""
-    from trcomp.config import TrainingCompilerConfig
-    from trcomp_container.backends import resolve_backend
-    from trcomp_container.devices import Devices
-
-    config = TrainingCompilerConfig()
-    here = resolve_backend(config, devices)
-    gpu = resolve_backend(config, Devices(gpus=8))
-    return [
-        Check("backend here", True, f"auto -> {here} ({devices})"),
-        Check("backend on GPU instance", True, f"auto -> {gpu} (e.g. ml.g5, ml.p4d, ml.p5)"),
+    checks += [
+        Check("backend here", True, f"auto -> {report['backend_here']} ({report['devices']})"),
+        Check(
+            "backend on GPU instance",
+            True,
+            f"auto -> {report['backend_on_gpu']} (e.g. ml.g5, ml.p4d, ml.p5)",
+        ),
     ]
+    return checks
 
 
 def check_aws(session: Any = None, timeout: float = 5.0) -> list[Check]:
@@ -235,17 +247,15 @@ def run_checks(
     modes: Iterable[str] = (),
     *,
     torch_devices: bool = False,
-    run: Runner = _run,
 ) -> list[Check]:
     """Every check; Docker only when asked for docker or found, AWS only for remote."""
-    from trcomp.images import local_image_uri
+    from trcomp.image.uris import local_image_uri
 
     modes = set(modes)
     checks = check_packages()
     if "docker" in modes or shutil.which("docker"):
-        checks += check_docker(local_image_uri(), run)
-    device_checks, devices = check_devices(run, torch_devices)
-    checks += device_checks + backend_choices(devices)
+        checks += check_docker(local_image_uri())
+    checks += check_devices(torch_devices)
     if "remote" in modes:
         checks += check_aws()
     return checks

@@ -30,7 +30,7 @@ from trcomp.distribution import distribution_hyperparameters  # noqa: E402
 from trcomp.errors import CompilerConfigError, CompilerConfigWarning, UnsupportedJobError  # noqa: E402
 from trcomp.gpus import gpu_count, single_process_warning, warn_at_caller  # noqa: E402
 from trcomp.hyperparameters import check_limits  # noqa: E402
-from trcomp.images import (  # noqa: E402
+from trcomp.image.uris import (  # noqa: E402
     DEFAULT_FRAMEWORK_VERSION,
     DEFAULT_PY_VERSION,
     DEFERRED_IMAGE,

@@ -29,7 +29,7 @@ from trcomp.checkpoints import (
     export_checkpoint_path,
 )
 from trcomp.errors import TrcompError
-from trcomp.images import DEFERRED_IMAGE
+from trcomp.image.uris import DEFERRED_IMAGE
 from trcomp.session import quiet_sagemaker
 
 quiet_sagemaker()

@@ -141,3 +141,23 @@ def test_jax_probe_on_cpu_passes():
     result = run_probe("jax", 0, {**os.environ, "JAX_PLATFORMS": "cpu"})
     assert result.ok, result.reason
     assert "torchax 0.0.13" in result.hardware
+
+
+def test_report_for_the_doctor(capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m trcomp_container.backends --json``: what ``trcomp doctor`` reads."""
+    import json
+
+    from trcomp_container.backends.__main__ import main, report
+
+    assert main(["--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == report()
+    assert printed["backend_on_gpu"] == "inductor"
+    if printed["kind"] == "cpu":
+        assert printed == {
+            "devices": "CPU only",
+            "kind": "cpu",
+            "gpu_names": [],
+            "backend_here": "inductor",
+            "backend_on_gpu": "inductor",
+        }

@@ -37,7 +37,7 @@ def docker_engine() -> None:
 @pytest.fixture(scope="session")
 def image(docker_engine: None) -> str:
     """trcomp's local image tag; skip unless it is built."""
-    from trcomp.images import local_image_uri
+    from trcomp.image.uris import local_image_uri
 
     tag = local_image_uri()
     found = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=False)

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from trcomp.errors import LocalModeError
-from trcomp.image_build import (
+from trcomp.image.build import (
     OFFLINE_BASE_IMAGE,
     build_image,
     container_requirements,
     source_root,
 )
-from trcomp.images import LOCAL_IMAGE
+from trcomp.image.uris import LOCAL_IMAGE
 from trcomp.local.docker import failure_reason
 
 _METADATA = """Metadata-Version: 2.1

@@ -24,7 +24,7 @@ from sagemaker.training_compiler.config import TrainingCompilerConfig as AwsConf
 
 import trcomp
 from trcomp import CompilerConfigWarning, TrainingCompilerConfig, UnsupportedJobError
-from trcomp.images import IMAGES, check_versions, image_tag, versions_from_image
+from trcomp.image.uris import IMAGES, check_versions, image_tag, versions_from_image
 from trcomp.instances import FAMILIES, GPUS, MIN_COMPUTE_CAPABILITY, describe_instance
 from trcomp.remote import CredentialLeakError, prepare_remote_job
 

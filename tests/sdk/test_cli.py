@@ -26,12 +26,14 @@ from conftest_remote import (
     moto_server,
 )
 
+from trcomp import docker_cli
 from trcomp.cli import build_parser, main
-from trcomp.cli.image import build_commands, ecr_login, push_commands
 from trcomp.cli.run import LOCAL_ROLE, estimator_spec
 from trcomp.config import TrainingCompilerConfig
-from trcomp.doctor import Check, check_docker, failures
-from trcomp.images import image_tag
+from trcomp.doctor import Check, check_devices, check_docker, failures
+from trcomp.image.build import build_commands
+from trcomp.image.push import ecr_login, push_commands
+from trcomp.image.uris import image_tag
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -291,21 +293,67 @@ def test_doctor_failures_depend_on_mode() -> None:
     assert failures(checks, ["docker", "remote"]) == []
 
 
-def test_doctor_docker_checks_with_a_fake_engine() -> None:
-    answers = {
-        "info": (0, "27.1"),
-        "compose": (1, "docker: 'compose' is not a docker command."),
-        "docker-compose": (0, "1.29.2"),
-        "image": (1, "Error: No such image: x"),
-    }
+def _tools(tmp_path: Path, **scripts: str) -> str:
+    """A PATH holding only these shell scripts (name -> body)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in scripts.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return str(bin_dir)
 
-    def run(command: list[str] | tuple[str, ...]) -> tuple[int, str]:
-        key = command[0] if command[0] == "docker-compose" else command[1]
-        return answers[key]
 
-    checks = {c.name: c for c in check_docker("trcomp-training:latest", run)}
-    assert checks["docker engine"].ok and checks["docker compose"].detail == "docker-compose 1.29.2"
+def test_doctor_docker_checks_ask_the_cli_like_preflight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine that answers, no compose v2, docker-compose 1.29.2, no image."""
+    docker = (
+        'case "$1" in info) echo 27.1 ;; '
+        "compose) echo \"docker: 'compose' is not a docker command.\" >&2; exit 1 ;; "
+        'image) echo "Error: No such image: $5" >&2; exit 1 ;; esac'
+    )
+    monkeypatch.setenv("PATH", _tools(tmp_path, docker=docker, **{"docker-compose": "echo 1.29.2"}))
+    checks = {c.name: c for c in check_docker("trcomp-training:latest")}
+    assert checks["docker engine"].ok and checks["docker engine"].detail == "server 27.1"
+    assert checks["docker compose"].detail == "docker-compose 1.29.2"
+    assert docker_cli.compose_command() == ["docker-compose"]  # what preflight sees too
     assert not checks["local image"].ok and "trcomp image build" in checks["local image"].fix
+
+
+def test_doctor_without_docker_or_compose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", _tools(tmp_path))
+    checks = {c.name: c for c in check_docker("trcomp-training:latest")}
+    assert not checks["docker engine"].ok and "not found" in checks["docker engine"].detail
+    assert not checks["docker compose"].ok
+    assert "local image" not in checks  # no engine to ask
+
+
+def test_doctor_without_the_container_runtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An environment without trcomp_container: a finding, not a crash."""
+    import venv
+
+    bare = tmp_path / "bare"
+    venv.create(bare, with_pip=False)
+    monkeypatch.setattr(sys, "executable", str(bare / "bin" / "python"))
+    [devices] = check_devices()
+    assert not devices.ok and devices.detail == "container runtime not installed here"
+    assert [c.name for c in failures([devices], ["process"])] == ["devices"]
+    assert failures([devices], ["docker"]) == []
+
+
+def test_doctor_does_not_import_the_container_package() -> None:
+    code = (
+        "import sys; from trcomp.doctor import check_devices; checks = check_devices(); "
+        "assert checks[0].ok, checks; "
+        "assert not [m for m in sys.modules if m.startswith('trcomp_container')]; "
+        "print(checks[-1].detail)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.startswith("auto -> inductor")
 
 
 def test_doctor_for_remote_against_moto(

@@ -17,7 +17,7 @@ from trcomp import (
     TrainingCompilerConfig,
 )
 from trcomp.config import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY
-from trcomp.images import LOCAL_IMAGE, device_for_instance, image_tag, remote_image_uri
+from trcomp.image.uris import LOCAL_IMAGE, device_for_instance, image_tag, remote_image_uri
 from trcomp.metrics import METRICS
 
 

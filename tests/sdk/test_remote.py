@@ -34,7 +34,7 @@ from sagemaker.huggingface import HuggingFaceModel
 
 import trcomp
 from trcomp.errors import UnsupportedJobError
-from trcomp.images import image_tag
+from trcomp.image.uris import image_tag
 from trcomp.metrics import metric_definitions
 from trcomp.remote import CredentialLeakError, default_checkpoint_uri, remote_session
 

@@ -25,7 +25,7 @@ from sagemaker.train.distributed import Torchrun
 from sagemaker.train.model_trainer import Mode
 
 from trcomp import TrainingCompilerConfig
-from trcomp.images import local_image_uri
+from trcomp.image.uris import local_image_uri
 from trcomp.v3 import ModelTrainer
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """The ``trcomp`` command: chores around compiled training jobs, without writing Python.
 
-``trcomp doctor``, ``trcomp image uri|build|push``, ``trcomp run SCRIPT`` and, when
-the benchmark is installed, ``trcomp bench``. Every command has ``--help``; the
+``trcomp doctor``, ``trcomp image uri|build|push``, ``trcomp run SCRIPT`` and
+``trcomp bench``. Every command has ``--help``; the
 pages under docs/cli/ show each one with real output.
 
 Exit codes: 0 success, 1 the command failed (the message says why and what to do),
@@ -29,6 +29,7 @@ _DESCRIPTION = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole ``trcomp`` parser; each command sets ``func(args) -> int``."""
+    from trcomp.bench.cli import register as register_bench
     from trcomp.cli import doctor, image, run
 
     parser = argparse.ArgumentParser(
@@ -42,12 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.register(commands)
     image.register(commands)
     run.register(commands)
-    try:  # the benchmark is optional: mount it when it is installed
-        from trcomp.bench.cli import register as register_bench
-    except ImportError:
-        pass
-    else:
-        register_bench(commands)
+    register_bench(commands)
     return parser
 
 

@@ -53,10 +53,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from trcomp._sdk_compat import current_job_name, new_job_name
+from trcomp.docker_cli import compose_command, run_docker
 from trcomp.errors import JobInterrupted, JobTerminated, LocalJobFailed
 from trcomp.local import local_path
 from trcomp.local.checkpoints import checkpoint_mount
-from trcomp.local.docker_checks import compose_command, preflight, run_docker
+from trcomp.local.docker_checks import preflight
 from trcomp.local.docker_stop import JOB_LABEL, remove_containers, stop_on_signals, watch
 from trcomp.local.job_checks import LocalJobChecks, check_local_job, claim_job_dir
 from trcomp.proctree import outer_grace_s
@@ -183,8 +184,7 @@ def _give_back(paths: list[Path], image_uri: str) -> None:
     if uid == 0 or not _any_root_owned(paths):
         return
     mounts = [arg for p in paths for arg in ("-v", f"{p}:{p}")]
-    cmd = [
-        "docker",
+    args = [
         "run",
         "--rm",
         "--network",
@@ -205,7 +205,7 @@ def _give_back(paths: list[Path], image_uri: str) -> None:
         "{}",
         "+",
     ]
-    if run_docker(cmd, timeout=120).returncode != 0 or _any_root_owned(paths):
+    if run_docker(args, timeout=120).returncode != 0 or _any_root_owned(paths):
         logger.warning(
             "files written as root by the job are left under %s; remove them with sudo",
             ", ".join(map(str, paths)),

@@ -1,74 +1,55 @@
 """Can a Docker local-mode job start here? Checks with messages that say how to fix it.
 
-Each check is one quick docker CLI call (about 20 ms each here), so local mode
-runs them before every job instead of letting the SDK fail deep inside.
+Each check is one quick docker CLI call (about 20 ms each here, through
+:mod:`trcomp.docker_cli`), so local mode runs them before every job instead of
+letting the SDK fail deep inside.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 
+from trcomp import docker_cli
 from trcomp.errors import LocalModeError
 from trcomp.instances import DOCKER_LOCAL_MODES
 
-__all__ = ["compose_command", "preflight", "run_docker"]
+__all__ = ["preflight"]
 
-_PROBE_TIMEOUT_S = 20
 _FIX_ENGINE = (
     "Start it with `make docker-engine` (installs and starts Docker on Debian/Ubuntu) "
     "or `sudo systemctl start docker`; or run without Docker: instance_type='local_process'."
 )
 
 
-def run_docker(
-    cmd: list[str], timeout: float = _PROBE_TIMEOUT_S
-) -> subprocess.CompletedProcess[str]:
-    """Run a docker CLI command, capturing its output; a hung engine gives exit code 124."""
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(cmd, 124, "", f"no answer within {timeout:.0f} s")
-
-
-def compose_command() -> list[str] | None:
-    """The compose CLI SageMaker local mode will use (same order as the SDK), or None."""
-    if shutil.which("docker"):
-        probe = run_docker(["docker", "compose", "version"])
-        if probe.returncode == 0 and "v2" in probe.stdout:
-            return ["docker", "compose"]
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    return None
-
-
 def _check_engine() -> None:
-    if shutil.which("docker") is None:
-        raise LocalModeError(
-            "Docker is not installed (no `docker` on PATH): instance_type='local' runs the job "
-            "in a container. Install it with `make docker-engine`, or run without Docker: "
-            "instance_type='local_process'."
-        )
-    info = run_docker(["docker", "info", "--format", "{{.ServerVersion}}"])
-    if info.returncode == 0 and info.stdout.strip():
+    docker_cli.require_docker(
+        "instance_type='local' runs the job "
+        "in a container. Install it with `make docker-engine`, or run without Docker: "
+        "instance_type='local_process'."
+    )
+    engine = docker_cli.engine_status()
+    if engine.ok:
         return
-    detail = (info.stderr or info.stdout).strip().splitlines()
     where = os.environ.get("DOCKER_HOST") or "the default socket (unix:///var/run/docker.sock)"
-    if any("permission denied" in line.lower() for line in detail):
+    if engine.permission_denied:
         raise LocalModeError(
             f"the Docker engine at {where} refused this user (permission denied). "
             "Add yourself to the `docker` group (`sudo usermod -aG docker $USER`, then log in "
             "again) or run as root."
         )
-    last = detail[-1] if detail else f"`docker info` exited with code {info.returncode}"
+    last = (
+        engine.problem[-1]
+        if engine.problem
+        else f"`docker info` exited with code {engine.returncode}"
+    )
     raise LocalModeError(
         f"the Docker engine is not running or not reachable at {where}: {last}. {_FIX_ENGINE}"
     )
 
 
 def _check_image(image_uri: str) -> None:
-    if run_docker(["docker", "image", "inspect", "--format", "{{.Id}}", image_uri]).returncode == 0:
+    if docker_cli.image_present(image_uri):
         return
     if ".dkr.ecr." in image_uri:
         return  # local mode logs in to ECR and pulls it with the caller's credentials
@@ -88,8 +69,7 @@ _GPU_HOOKS = ("nvidia-container-runtime-hook", "nvidia-container-runtime", "nvid
 def _check_gpu_support() -> None:
     if os.environ.get("DOCKER_HOST"):
         return  # a remote engine: its host's tools are not visible from here
-    runtimes = run_docker(["docker", "info", "--format", "{{json .Runtimes}}"]).stdout
-    if "nvidia" in runtimes or any(shutil.which(tool) for tool in _GPU_HOOKS):
+    if "nvidia" in docker_cli.runtimes() or any(shutil.which(tool) for tool in _GPU_HOOKS):
         return
     raise LocalModeError(
         "instance_type='local_gpu' needs the NVIDIA Container Toolkit, which this Docker "
@@ -113,7 +93,7 @@ def preflight(image_uri: str, instance_type: str) -> None:
             "'local_gpu' (or 'local_process' for no Docker)."
         )
     _check_engine()
-    if compose_command() is None:
+    if docker_cli.compose_command() is None:
         raise LocalModeError(
             "docker compose is not installed: SageMaker local mode starts containers with it. "
             "Install the compose plugin or `docker-compose` (`make docker-engine` does it)."

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from trcomp.local.docker_checks import run_docker
+from trcomp import docker_cli
 from trcomp.proctree import StopOnSignals, TreeProcess
 
 __all__ = [
@@ -38,32 +38,28 @@ JOB_LABEL = "com.trcomp.local-job"
 """Docker label on every container of a local-mode job; its value identifies the job."""
 
 
+def _label(job_id: str) -> str:
+    return f"{JOB_LABEL}={job_id}"
+
+
 def job_containers(job_id: str) -> list[str]:
     """The ids of every container of the job, running or not."""
-    found = run_docker(["docker", "ps", "-aq", "--filter", f"label={JOB_LABEL}={job_id}"])
-    return found.stdout.split() if found.returncode == 0 else []
+    return docker_cli.labelled_containers(_label(job_id))
 
 
 def stop_containers(job_id: str, grace: float) -> list[str]:
     """Stop every container of the job (SIGTERM, SIGKILL after ``grace``); return their ids."""
-    ids = job_containers(job_id)
-    if ids:
-        run_docker(["docker", "stop", "--time", str(int(grace)), *ids], timeout=grace + 60)
-    return ids
+    return docker_cli.stop_labelled(_label(job_id), grace)
 
 
 def kill_containers(job_id: str) -> None:
     """SIGKILL every container of the job now."""
-    ids = job_containers(job_id)
-    if ids:
-        run_docker(["docker", "kill", *ids], timeout=60)
+    docker_cli.kill_labelled(_label(job_id))
 
 
 def remove_containers(job_id: str, grace: float) -> None:
     """Stop and remove every container of the job."""
-    ids = stop_containers(job_id, grace)
-    if ids:
-        run_docker(["docker", "rm", "--force", *ids], timeout=60)
+    docker_cli.remove_labelled(_label(job_id), grace)
 
 
 def stop_on_signals(job_id: str, name: str, grace: float) -> StopOnSignals:

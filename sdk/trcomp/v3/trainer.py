@@ -26,7 +26,7 @@ from sagemaker.train.model_trainer import ModelTrainer as _V3ModelTrainer
 from trcomp.checkpoints import CHECKPOINT_DIR_ENV, default_checkpoint_location
 from trcomp.config import TrainingCompilerConfig
 from trcomp.errors import TrcompError, UnsupportedJobError
-from trcomp.images import (
+from trcomp.image.uris import (
     DEFAULT_FRAMEWORK_VERSION,
     device_for_instance,
     local_image_uri,

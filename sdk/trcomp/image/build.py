@@ -1,4 +1,4 @@
-"""Build the trcomp training image (``make image`` / ``trcomp image build``).
+"""Build the trcomp training image: the one build path of ``trcomp image build`` and ``make image``.
 
 The build context is staged in a temporary directory instead of sending the
 checkout (with its virtualenv) to the Docker daemon. It holds:
@@ -16,9 +16,10 @@ checkout (with its virtualenv) to the Docker daemon. It holds:
 - ``extra-ca.pem``: an extra CA bundle to trust (empty unless given), for
   builds behind a TLS-inspecting proxy.
 
-:func:`build_image` computes the ``docker build`` command (pure);
-:func:`stage_context` prepares the context; :func:`run_build` does both and
-runs Docker.
+:func:`build_image` computes the ``docker build`` command and
+:func:`build_commands` every command of a build, offline base included (both
+pure, for ``--dry-run``); :func:`stage_context` prepares the context;
+:func:`run_build` does it all. ``make image`` runs ``trcomp image build``.
 """
 
 from __future__ import annotations
@@ -30,18 +31,19 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trcomp import docker_cli
 from trcomp.errors import LocalModeError
-from trcomp.images import LOCAL_IMAGE
+from trcomp.image.uris import LOCAL_IMAGE
 
 __all__ = [
     "DEFAULT_BASE_IMAGE",
     "OFFLINE_BASE_IMAGE",
     "BuildResult",
+    "build_commands",
     "build_image",
     "container_requirements",
     "extra_requirements",
@@ -69,7 +71,6 @@ def build_image(
     *,
     no_cache: bool = False,
     network: str = "host",
-    docker: str = "docker",
 ) -> list[str]:
     """The ``docker build`` command for the training image (pure: runs nothing).
 
@@ -80,7 +81,7 @@ def build_image(
     context = Path(context_dir)
     # --force-rm: a failed step's container is removed too, not left behind.
     cmd = [
-        docker,
+        "docker",
         "build",
         "--network",
         network,
@@ -98,9 +99,36 @@ def build_image(
     return cmd
 
 
+def _base_script(root: Path) -> Path:
+    return root / "container" / "build_base.sh"
+
+
+def build_commands(
+    root: Path,
+    base_image: str | None,
+    *,
+    offline: bool = False,
+    tag: str = LOCAL_IMAGE,
+    context: str | os.PathLike[str] = "<staged context>",
+    no_cache: bool = False,
+) -> list[list[str]]:
+    """Every command :func:`run_build` runs, in order (pure: for ``--dry-run``).
+
+    ``offline`` first builds the Debian base (``container/build_base.sh``, which
+    skips an existing tag) and builds ``FROM`` it. ``context`` is the directory
+    :func:`stage_context` fills.
+    """
+    commands = []
+    if offline:
+        base_image = base_image or OFFLINE_BASE_IMAGE
+        commands.append(["bash", str(_base_script(root)), base_image])
+    commands.append(build_image(base_image, tag, context, no_cache=no_cache))
+    return commands
+
+
 def source_root(start: str | os.PathLike[str] | None = None) -> Path:
     """The trcomp checkout holding ``container/Dockerfile`` (this file's, by default)."""
-    root = Path(start) if start else Path(__file__).resolve().parents[2]
+    root = Path(start) if start else Path(__file__).resolve().parents[3]
     if not (root / "container" / "Dockerfile").is_file():
         raise LocalModeError(
             f"no container/Dockerfile under {root}: building the image needs a checkout of "
@@ -230,11 +258,6 @@ def stage_context(
     return context
 
 
-def _image_exists(docker: str, image: str) -> bool:
-    probe = subprocess.run([docker, "image", "inspect", image], capture_output=True, check=False)
-    return probe.returncode == 0
-
-
 @dataclass(frozen=True)
 class BuildResult:
     """What :func:`run_build` did: the image tag, the command and its wall time."""
@@ -248,23 +271,34 @@ def run_build(
     base_image: str | None = None,
     tag: str = LOCAL_IMAGE,
     *,
+    offline: bool = False,
     extra_ca_bundle: str | os.PathLike[str] | None = None,
     root: str | os.PathLike[str] | None = None,
     no_cache: bool = False,
 ) -> BuildResult:
-    """Stage the context and run ``docker build``; Docker's output streams to the terminal.
+    """Build the image: the offline base if asked, the context, then ``docker build``.
 
-    Raises :class:`~trcomp.errors.LocalModeError` when Docker is missing or the
-    build fails.
+    Docker's output streams to the terminal. ``offline`` builds on
+    :data:`OFFLINE_BASE_IMAGE` (or ``base_image``), made first by
+    ``container/build_base.sh``. Raises :class:`~trcomp.errors.LocalModeError`
+    when Docker is missing or a step fails.
     """
-    docker = shutil.which("docker")
-    if docker is None:
-        raise LocalModeError(
-            "the docker CLI is not installed: building the image needs Docker. "
-            "Run `make docker-engine` (Debian/Ubuntu) or install Docker Engine."
-        )
+    docker_cli.require_docker(
+        "building the image needs Docker. "
+        "Run `make docker-engine` (Debian/Ubuntu) or install Docker Engine."
+    )
+    src = source_root(root)
+    if offline:
+        base_image = base_image or OFFLINE_BASE_IMAGE
+        script = build_commands(src, base_image, offline=True)[0]
+        done = subprocess.run(script, check=False)
+        if done.returncode != 0:
+            raise LocalModeError(
+                f"`{' '.join(script[1:])}` could not build the offline base image "
+                f"(exit {done.returncode}); its output is above."
+            )
     base = base_image or DEFAULT_BASE_IMAGE
-    if base == OFFLINE_BASE_IMAGE and not _image_exists(docker, base):
+    if base == OFFLINE_BASE_IMAGE and not docker_cli.image_present(base):
         raise LocalModeError(
             f"the offline base image {base} is not built: run `make base-image` "
             "(container/build_base.sh, needs root and debootstrap) first."
@@ -274,15 +308,15 @@ def run_build(
         ctx = Path(tmp)
         # The offline Debian base is a CPU image: JAX's CUDA plugin only goes into GPU images.
         stage_context(
-            ctx, root=root, extra_ca_bundle=extra_ca_bundle, jax_cuda=base != OFFLINE_BASE_IMAGE
+            ctx, root=src, extra_ca_bundle=extra_ca_bundle, jax_cuda=base != OFFLINE_BASE_IMAGE
         )
-        cmd = build_image(base_image, tag, ctx, no_cache=no_cache, docker=docker)
+        cmd = build_image(base_image, tag, ctx, no_cache=no_cache)
         # The classic builder: BuildKit needs the buildx plugin, which Debian's
         # docker.io does not ship; the Dockerfile needs nothing BuildKit-only.
         env = {**os.environ, "DOCKER_BUILDKIT": os.environ.get("DOCKER_BUILDKIT", "0")}
-        proc = subprocess.run(cmd, env=env, check=False)
+        proc = docker_cli.run_docker(cmd[1:], timeout=None, capture=False, env=env)
     if proc.returncode != 0:
-        if not _image_exists(docker, base):
+        if not docker_cli.image_present(base):
             raise LocalModeError(
                 f"`docker build` of {tag} could not get the base image {base} from its "
                 "registry (output above). Without a registry, build on the offline base: "
@@ -294,33 +328,3 @@ def run_build(
             "(`trcomp image build --extra-ca-bundle FILE`, or EXTRA_CA_BUNDLE=FILE make image)."
         )
     return BuildResult(tag=tag, command=cmd, seconds=time.monotonic() - start)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m trcomp.image_build``: what ``make image`` runs."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m trcomp.image_build", description=__doc__)
-    parser.add_argument("--base-image", default=os.environ.get("BASE_IMAGE") or None)
-    parser.add_argument("--tag", default=LOCAL_IMAGE)
-    parser.add_argument("--extra-ca-bundle", default=os.environ.get("EXTRA_CA_BUNDLE") or None)
-    parser.add_argument("--source", default=None, help="trcomp checkout (default: this one)")
-    parser.add_argument("--no-cache", action="store_true")
-    args = parser.parse_args(argv)
-    try:
-        result = run_build(
-            args.base_image,
-            args.tag,
-            extra_ca_bundle=args.extra_ca_bundle,
-            root=args.source,
-            no_cache=args.no_cache,
-        )
-    except LocalModeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"built {result.tag} in {result.seconds:.1f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

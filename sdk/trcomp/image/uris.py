@@ -1,4 +1,4 @@
-"""Which container image a job runs in.
+"""Which container image a job runs in: the version table and the image URIs.
 
 Remote jobs use our repository in the caller's own ECR registry (push it there
 with ``trcomp image push``); local mode uses a local tag built by
