@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from trcomp.bench import cli, gpu_h200
-from trcomp.bench.backends import backend_env
-from trcomp.bench.harness import RunFailed, run_measurement
-from trcomp.bench.results import ROW_KEYS
-from trcomp.bench.worker import RunSpec, measure
+from trcomp_bench import cli, gpu_h200
+from trcomp_bench.backends import backend_env
+from trcomp_bench.harness import RunFailed, run_measurement
+from trcomp_bench.results import ROW_KEYS
+from trcomp_bench.worker import RunSpec, measure
 
 HERE = Path(__file__).resolve().parent
 
@@ -93,7 +93,7 @@ def test_gpu_script_runs_backend_by_backend_with_max_autotune_last() -> None:
 def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
     sdk = Path(gpu_h200.__file__).parents[2]
     proc = subprocess.run(
-        [sys.executable, "-m", "trcomp.bench.gpu_h200", "--dry-run", "--backends", "eager",
+        [sys.executable, "-m", "trcomp_bench.gpu_h200", "--dry-run", "--backends", "eager",
          "--steps", "2", "--warmup", "1", "--out", str(tmp_path / "gpu")],
         capture_output=True, text=True, timeout=300,
         env={"PATH": "/usr/bin:/bin", "USE_TORCH_XLA": "0", "PYTHONPATH": str(sdk)},
@@ -113,7 +113,7 @@ def test_gpu_script_runs_the_jax_engine_cold_then_warm(tmp_path: Path) -> None:
     sdk = Path(gpu_h200.__file__).parents[2]
     out = tmp_path / "gpu"
     proc = subprocess.run(
-        [sys.executable, "-m", "trcomp.bench.gpu_h200", "--dry-run", "--models", "gpt2-small",
+        [sys.executable, "-m", "trcomp_bench.gpu_h200", "--dry-run", "--models", "gpt2-small",
          "--backends", "jax-warm,eager,jax", "--steps", "2", "--warmup", "1", "--out", str(out)],
         capture_output=True, text=True, timeout=600,
         env={"PATH": "/usr/bin:/bin", "USE_TORCH_XLA": "0", "PYTHONPATH": str(sdk)},

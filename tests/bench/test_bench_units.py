@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trcomp.bench.backends import BACKENDS, backend_env, get_backend
-from trcomp.bench.batchsize import scale_learning_rate, search_max_batch_size
-from trcomp.bench.results import ROW_KEYS, Row, markdown_table, plot, read_json, write_json
-from trcomp.bench.worker import RunSpec
+from trcomp_bench.backends import BACKENDS, backend_env, get_backend
+from trcomp_bench.batchsize import scale_learning_rate, search_max_batch_size
+from trcomp_bench.results import ROW_KEYS, Row, markdown_table, plot, read_json, write_json
+from trcomp_bench.worker import RunSpec
 
 ISSUE_KEYS = [
     "workload", "backend", "device", "batch_size", "first_step_cold_s", "first_step_warm_s",
@@ -28,10 +28,19 @@ def _row(backend: str, step_s: float, workload: str = "gpt2") -> Row:
 
 def test_importing_the_bench_does_not_import_torch() -> None:
     code = (
-        "import sys, trcomp.bench, trcomp.bench.cli, trcomp.bench.harness, "
-        "trcomp.bench.batchsize, trcomp.bench.gpu_h200, trcomp.bench.workloads; "
+        "import sys, trcomp_bench, trcomp_bench.cli, trcomp_bench.harness, "
+        "trcomp_bench.batchsize, trcomp_bench.gpu_h200, trcomp_bench.workloads; "
         "heavy = [m for m in ('torch', 'torch_xla', 'transformers', 'matplotlib') "
         "if m in sys.modules]; print(heavy); sys.exit(1 if heavy else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_importing_trcomp_does_not_import_the_bench() -> None:
+    code = (
+        "import sys, trcomp, trcomp.runtime, trcomp.estimators; "
+        "sys.exit(1 if 'trcomp_bench' in sys.modules else 0)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trcomp.bench.gpu_check import CHECKS
-from trcomp.bench.gpu_runs import ResultLog, run_capped
+from trcomp_bench.gpu_check import CHECKS
+from trcomp_bench.runs import ResultLog, run_capped
 
 ROOT = Path(__file__).parents[2]
 

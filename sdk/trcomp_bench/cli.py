@@ -1,7 +1,7 @@
 """``trcomp bench``: the benchmark and the batch-size finder on the command line.
 
 Mounted by the ``trcomp`` command through :func:`register`; also runs alone as
-``python -m trcomp.bench``. Examples::
+``python -m trcomp_bench``. Examples::
 
     trcomp bench --json out/bench.json --markdown out/bench.md --png out/bench.png
     trcomp bench --model mypkg.models:make --batch-size 16
@@ -129,14 +129,14 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``python -m trcomp.bench`` (the same options as ``trcomp bench``)."""
-    parser = argparse.ArgumentParser(prog="python -m trcomp.bench", description=_DESCRIPTION)
+    """The parser of ``python -m trcomp_bench`` (the same options as ``trcomp bench``)."""
+    parser = argparse.ArgumentParser(prog="python -m trcomp_bench", description=_DESCRIPTION)
     _add_arguments(parser)
     return parser
 
 
 def _find_batch_size(args: argparse.Namespace, backends: tuple[str, ...]) -> int:
-    from trcomp.bench.batchsize import find_batch_size
+    from trcomp_bench.batchsize import find_batch_size
 
     target = args.model or args.workloads[0]
     results = []
@@ -164,8 +164,8 @@ def _find_batch_size(args: argparse.Namespace, backends: tuple[str, ...]) -> int
 
 def run(args: argparse.Namespace) -> int:
     """Run ``trcomp bench`` for parsed ``args``; 1 when any measurement failed."""
-    from trcomp.bench.harness import BenchOptions, default_backends, run_benchmark
-    from trcomp.bench.results import markdown_table, plot, write_json
+    from trcomp_bench.harness import BenchOptions, default_backends, run_benchmark
+    from trcomp_bench.results import markdown_table, plot, write_json
 
     backends = args.backends or default_backends()
     if args.find_batch_size:
@@ -201,6 +201,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m trcomp.bench``; returns the exit code."""
+    """Entry point of ``python -m trcomp_bench``; returns the exit code."""
     args = build_parser().parse_args(None if argv is None else list(argv))
     return run(args)

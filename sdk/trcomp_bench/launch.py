@@ -5,7 +5,7 @@ mode, Docker local mode and a plain ``docker run`` of the same image against
 the same ``/opt/ml`` tree, interleaved so machine drift hits every way alike.
 Overhead is wall time minus the script's own time.
 
-    python -m trcomp.bench.launch --repeats 3 --json launch.json
+    python -m trcomp_bench.launch --repeats 3 --json launch.json
 
 Docker rows need the Docker engine and the image (``make image``); without
 them only process mode is measured.
@@ -107,7 +107,7 @@ def _docker_ready(image: str) -> bool:
 
 def measure(repeats: int = 3, compiler: bool = True, docker: bool = True) -> list[dict[str, Any]]:
     """Median wall, script and overhead seconds per way of launching."""
-    from trcomp.images import local_image_uri
+    from trcomp.image.uris import local_image_uri
 
     image = local_image_uri()
     ways: dict[str, Any] = {"process mode": lambda w: _fit(w, "local_process", compiler)}

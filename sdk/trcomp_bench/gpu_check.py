@@ -1,7 +1,7 @@
 """``make gpu-check``: the GPU path checked on a real NVIDIA machine, in under 10 minutes.
 
-    python -m trcomp.bench.gpu_check --out gpu-check        # on a GPU machine
-    python -m trcomp.bench.gpu_check --dry-run --out /tmp/x  # the same code on CPU
+    python -m trcomp_bench.gpu_check --out gpu-check        # on a GPU machine
+    python -m trcomp_bench.gpu_check --dry-run --out /tmp/x  # the same code on CPU
 
 Checks run cheapest first, each in its own process with its own time cap,
 inside an overall budget; a check that would not fit is recorded as skipped.
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trcomp.bench.gpu_runs import ResultLog, collect_versions, marked_json, run_capped
+from trcomp_bench.runs import ResultLog, collect_versions, marked_json, run_capped
 
 __all__ = ["CHECKS", "Check", "main", "render"]
 
@@ -64,7 +64,7 @@ def _env(args: argparse.Namespace, **extra: str) -> dict[str, str]:
 
 
 def _body(args: argparse.Namespace, part: str, cap: float, env: dict[str, str]) -> dict[str, Any]:
-    command = [sys.executable, "-m", "trcomp.bench.gpu_check_body", part]
+    command = [sys.executable, "-m", "trcomp_bench.gpu_check_body", part]
     command += ["--steps", str(args.steps)] + (["--dry-run"] if args.dry_run else [])
     done = run_capped(command, cap, env=env)
     return _outcome(done, marked_json(done.stdout))
@@ -196,7 +196,7 @@ def check_ddp(args: argparse.Namespace, cap: float) -> dict[str, Any]:
     if not args.dry_run and len(_listed()) < 2:
         return {"status": "skipped: fewer than 2 GPUs"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc-per-node", "2", "-m", "trcomp.bench.gpu_check_body", "ddp"]
+    command += ["--nproc-per-node", "2", "-m", "trcomp_bench.gpu_check_body", "ddp"]
     command += ["--steps", str(args.steps)]
     command += ["--dry-run"] if args.dry_run else []
     env = _env(args) if args.dry_run else _env(args, CUDA_VISIBLE_DEVICES="0,1")
@@ -236,7 +236,7 @@ def render(log: ResultLog) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the checks in order within the budget; 0 when every check ran and passed."""
-    parser = argparse.ArgumentParser(prog="python -m trcomp.bench.gpu_check", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m trcomp_bench.gpu_check", description=__doc__)
     parser.add_argument("--out", default="gpu-check", help="directory for gpu-check.json/.md")
     parser.add_argument("--budget-s", type=float, default=BUDGET_S)
     parser.add_argument("--steps", type=int, default=20)

@@ -2,10 +2,10 @@
 
 Run it from a checkout on a machine with one NVIDIA H200, torch 2.9 and
 transformers (no trcomp image, no downloads; it imports only the standard
-library part of trcomp, ``trcomp.bench.gpu_runs``)::
+library part of trcomp, ``trcomp_bench.runs``)::
 
-    PYTHONPATH=sdk python -m trcomp.bench.gpu_h200 --out h200     # about 6-8 minutes
-    PYTHONPATH=sdk python -m trcomp.bench.gpu_h200 --dry-run --out /tmp/h200  # CPU, tiny
+    PYTHONPATH=sdk python -m trcomp_bench.gpu_h200 --out h200     # about 6-8 minutes
+    PYTHONPATH=sdk python -m trcomp_bench.gpu_h200 --dry-run --out /tmp/h200  # CPU, tiny
 
 It trains GPT-2 small (124M, seq 1024) and BERT-base (110M, masked LM, seq 512)
 from their configs with random weights, bf16 autocast and fused AdamW, each
@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trcomp.bench.gpu_runs import MARK, ResultLog, collect_versions, marked_json, run_capped
+from trcomp_bench.runs import MARK, ResultLog, collect_versions, marked_json, run_capped
 
 __all__ = [
     "BACKENDS",
@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
             log.add({**entry, "status": "skipped: --budget-s spent"})
             failed = True
             continue
-        command = [sys.executable, "-m", "trcomp.bench.gpu_h200", "--one-model", model,
+        command = [sys.executable, "-m", "trcomp_bench.gpu_h200", "--one-model", model,
                    "--one-backend", backend, "--steps", str(args.steps),
                    "--warmup", str(args.warmup)]  # fmt: skip
         command += ["--dry-run"] if args.dry_run else []

@@ -16,14 +16,14 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trcomp.bench.backends import backend_env, get_backend
-from trcomp.bench.results import Row
-from trcomp.bench.worker import RunSpec
-from trcomp.bench.workloads import get_workload
+from trcomp_bench.backends import backend_env, get_backend
+from trcomp_bench.results import Row
+from trcomp_bench.worker import RunSpec
+from trcomp_bench.workloads import get_workload
 
 __all__ = [
     "BenchOptions",
@@ -31,7 +31,6 @@ __all__ = [
     "RunFailed",
     "Runner",
     "default_backends",
-    "quick_options",
     "run_benchmark",
     "run_measurement",
 ]
@@ -104,8 +103,9 @@ def default_backends() -> tuple[str, ...]:
 
 
 def _child_env(base: Mapping[str, str]) -> dict[str, str]:
-    # The child must import this very trcomp and, for --model, the user's modules.
-    package_root = str(Path(__file__).resolve().parents[2])
+    # The child must import this very trcomp_bench (and the trcomp beside it in a
+    # checkout) and, for --model, the user's modules.
+    package_root = str(Path(__file__).resolve().parents[1])
     paths = [package_root, os.getcwd(), *filter(None, base.get("PYTHONPATH", "").split(os.pathsep))]
     env = dict(base)
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
@@ -116,11 +116,11 @@ def _child_env(base: Mapping[str, str]) -> dict[str, str]:
 def run_measurement(
     spec: RunSpec, env: Mapping[str, str], timeout_s: float = 900.0
 ) -> dict[str, Any]:
-    """Run ``spec`` in a fresh ``python -m trcomp.bench.worker``; raise :class:`RunFailed`."""
+    """Run ``spec`` in a fresh ``python -m trcomp_bench.worker``; raise :class:`RunFailed`."""
     with tempfile.TemporaryDirectory(prefix="trcomp-run-") as tmp:
         spec_path, out_path = Path(tmp, "spec.json"), Path(tmp, "out.json")
         spec_path.write_text(spec.to_json())
-        command = [sys.executable, "-m", "trcomp.bench.worker", str(spec_path), str(out_path)]
+        command = [sys.executable, "-m", "trcomp_bench.worker", str(spec_path), str(out_path)]
         try:
             proc = subprocess.run(
                 command, env=_child_env(env), stdout=subprocess.DEVNULL,
@@ -217,9 +217,3 @@ def run_benchmark(
             if f"{_label(spec)}/{spec.backend}" not in errors:
                 rows.append(_row(spec, results[spec], eager))
     return BenchResult(rows, errors)
-
-
-def quick_options(**changes: Any) -> BenchOptions:
-    """Small settings (tiny models, few steps): for tests and a first look."""
-    base = BenchOptions(size="tiny", steps=8, warmup=3, repeats=1)
-    return replace(base, **changes)
