@@ -137,12 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _find_batch_size(args: argparse.Namespace, backends: tuple[str, ...]) -> int:
     from trcomp_bench.batchsize import find_batch_size
+    from trcomp_bench.results import table_head, table_row
 
     target = args.model or args.workloads[0]
     results = []
     print(f"largest batch that fits: {target}")
-    print("| backend | device | largest batch | peak mem (MiB) | lr linear | lr sqrt |")
-    print("|---|---|---|---|---|---|")
+    print(
+        table_head(("backend", "device", "largest batch", "peak mem (MiB)", "lr linear", "lr sqrt"))
+    )
     for backend in backends:
         res = find_batch_size(
             backend, workload=args.workloads[0], model=args.model, size=args.size,
@@ -150,11 +152,9 @@ def _find_batch_size(args: argparse.Namespace, backends: tuple[str, ...]) -> int
             base_batch_size=args.base_batch_size, limit=args.max_batch_size, device=args.device,
         )  # fmt: skip
         peak = max((t.peak_mem_mb or 0.0 for t in res.trials if t.fits), default=0.0)
-        print(
-            f"| {backend} | {res.device} | {res.batch_size} | {peak:.0f} "
-            f"| {res.lr_linear or 0:.3g} | {res.lr_sqrt or 0:.3g} |",
-            flush=True,
-        )
+        cells = (backend, res.device, res.batch_size, f"{peak:.0f}",
+                 f"{res.lr_linear or 0:.3g}", f"{res.lr_sqrt or 0:.3g}")  # fmt: skip
+        print(table_row(cells), flush=True)
         results.append(asdict(res))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -47,6 +47,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from trcomp_bench.results import table
 from trcomp_bench.runs import MARK, ResultLog, collect_versions, marked_json, run_capped
 
 __all__ = [
@@ -244,22 +245,23 @@ def measure(spec: ModelSpec, backend: str, steps: int, warmup: int, device: str)
 def format_report(results: list[GpuResult], peak_tflops: float = PEAK_TFLOPS) -> str:
     """A markdown table: tokens/s, ratio over eager, first step, MFU, peak memory."""
     eager = {r.model: r.tokens_per_s for r in results if r.backend == "eager"}
-    lines = [
-        f"MFU = 6 * params * tokens / step time / {peak_tflops:.0f} TFLOP/s (dense bf16 peak)",
-        "| model | backend | precision | params (M) | tokens/step | first step (s) | step (ms) "
-        "| tokens/s | vs eager | MFU | peak mem (GiB) |",
-        "|" + "---|" * 11,
-    ]
+    header = (
+        "model", "backend", "precision", "params (M)", "tokens/step", "first step (s)",
+        "step (ms)", "tokens/s", "vs eager", "MFU", "peak mem (GiB)",
+    )  # fmt: skip
+    cells = []
     for r in results:
         ratio = f"{r.tokens_per_s / eager[r.model]:.2f}x" if r.model in eager else "n/a"
         util = mfu(r.params, r.tokens_per_step, r.step_s, peak_tflops)
-        lines.append(
-            f"| {r.model} | {r.backend} | {r.precision} | {r.params / 1e6:.1f} "
-            f"| {r.tokens_per_step} "
-            f"| {r.first_step_s:.1f} | {r.step_s * 1e3:.1f} | {r.tokens_per_s:,.0f} "
-            f"| {ratio} | {util:.1%} | {r.peak_mem_gb:.1f} |"
-        )
-    return "\n".join(lines) + "\n"
+        cells.append((
+            r.model, r.backend, r.precision, f"{r.params / 1e6:.1f}", r.tokens_per_step,
+            f"{r.first_step_s:.1f}", f"{r.step_s * 1e3:.1f}", f"{r.tokens_per_s:,.0f}", ratio,
+            f"{util:.1%}", f"{r.peak_mem_gb:.1f}",
+        ))  # fmt: skip
+    mfu_line = (
+        f"MFU = 6 * params * tokens / step time / {peak_tflops:.0f} TFLOP/s (dense bf16 peak)"
+    )
+    return mfu_line + "\n" + table(header, cells)
 
 
 def _child(args: argparse.Namespace) -> int:

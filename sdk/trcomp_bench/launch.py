@@ -25,7 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCRIPT", "main", "measure"]
+from trcomp_bench.results import table
+
+__all__ = ["SCRIPT", "main", "markdown_table", "measure"]
 
 SCRIPT = """\
 import json, os, pathlib, time
@@ -139,6 +141,17 @@ def measure(repeats: int = 3, compiler: bool = True, docker: bool = True) -> lis
     return rows
 
 
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The rows of :func:`measure` as a markdown table."""
+    header = ("launch", "compiler", "repeats", "median wall (s)", "median overhead (s)")
+    cells = [
+        (row["launch"], "on" if row["compiler"] else "off", row["repeats"],
+         f"{row['wall_s']:.2f}", f"{row['overhead_s']:.2f}")
+        for row in rows
+    ]  # fmt: skip
+    return table(header, cells)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: print a markdown table, optionally write JSON."""
     parser = argparse.ArgumentParser(description="Measure fit() launch overhead.")
@@ -148,13 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args(argv)
     rows = measure(args.repeats, args.compiler == "on", not args.no_docker)
-    print("| launch | compiler | repeats | median wall (s) | median overhead (s) |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        print(
-            f"| {row['launch']} | {'on' if row['compiler'] else 'off'} | {row['repeats']} "
-            f"| {row['wall_s']:.2f} | {row['overhead_s']:.2f} |"
-        )
+    print(markdown_table(rows), end="")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
     return 0
