@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _find_batch_size(args: argparse.Namespace, backends: tuple[str, ...]) -> int:
     from trcomp_bench.batchsize import find_batch_size
-    from trcomp_bench.results import table_head, table_row
+    from trcomp_bench.results import table_head, table_row, write_text
 
     target = args.model or args.workloads[0]
     results = []
@@ -157,15 +157,14 @@ def _find_batch_size(args: argparse.Namespace, backends: tuple[str, ...]) -> int
         print(table_row(cells), flush=True)
         results.append(asdict(res))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        write_text(args.json, json.dumps(results, indent=2) + "\n")
     return 0 if all(r["batch_size"] for r in results) else 1
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``trcomp bench`` for parsed ``args``; 1 when any measurement failed."""
     from trcomp_bench.harness import BenchOptions, default_backends, run_benchmark
-    from trcomp_bench.results import markdown_table, plot, write_json
+    from trcomp_bench.results import markdown_table, plot, write_json, write_text
 
     backends = args.backends or default_backends()
     if args.find_batch_size:
@@ -193,8 +192,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(result.rows, args.json)
     if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(table)
+        write_text(args.markdown, table)
     if args.png and result.rows:
         plot(result.rows, args.png)
     return 1 if result.errors else 0

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
@@ -22,6 +21,7 @@ from typing import Any
 
 from trcomp_bench.backends import backend_env, get_backend
 from trcomp_bench.results import Row
+from trcomp_bench.runs import run_capped
 from trcomp_bench.worker import RunSpec
 from trcomp_bench.workloads import get_workload
 
@@ -121,19 +121,15 @@ def run_measurement(
         spec_path, out_path = Path(tmp, "spec.json"), Path(tmp, "out.json")
         spec_path.write_text(spec.to_json())
         command = [sys.executable, "-m", "trcomp_bench.worker", str(spec_path), str(out_path)]
-        try:
-            proc = subprocess.run(
-                command, env=_child_env(env), stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE, text=True, timeout=timeout_s, check=False,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired:
-            raise RunFailed(f"timed out after {timeout_s:.0f} s", {"oom": False}) from None
+        done = run_capped(command, timeout_s, env=_child_env(env))
+        if done.timed_out:
+            raise RunFailed(f"timed out after {timeout_s:.0f} s", {"oom": False})
         result: dict[str, Any] = json.loads(out_path.read_text()) if out_path.exists() else {}
-    if proc.returncode == 0 and "error" not in result:
+    if done.returncode == 0 and "error" not in result:
         return result
-    if proc.returncode in (-9, 137):
+    if done.returncode in (-9, 137):
         result = {"error": "killed by signal 9, probably out of memory", "oom": True}
-    message = result.get("error") or f"exit {proc.returncode}: {proc.stderr.strip()[-800:]}"
+    message = result.get("error") or f"exit {done.returncode}: {done.stderr.strip()[-800:]}"
     raise RunFailed(message, result)
 
 

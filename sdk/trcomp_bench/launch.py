@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trcomp_bench.results import table
+from trcomp_bench.results import table, write_text
 
 __all__ = ["SCRIPT", "main", "markdown_table", "measure"]
 
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = measure(args.repeats, args.compiler == "on", not args.no_docker)
     print(markdown_table(rows), end="")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        write_text(args.json, json.dumps(rows, indent=2) + "\n")
     return 0
 
 

@@ -2,7 +2,8 @@
 
 :func:`table` and :func:`table_row` write every markdown table of the benchmark
 (the CPU rows, the GPU script's report, the launch overhead, the batch-size
-finder); :class:`Row` is one CPU measurement, with its JSON and PNG forms.
+finder); :func:`write_text` writes every result file; :class:`Row` is one CPU
+measurement, with its JSON and PNG forms.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "table_head",
     "table_row",
     "write_json",
+    "write_text",
 ]
 
 
@@ -75,10 +77,17 @@ class Row:
 ROW_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Row))
 
 
+def write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically (a stopped run never leaves half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    partial.replace(path)
+
+
 def write_json(rows: list[Row], path: Path) -> None:
     """Write ``rows`` as a JSON list of objects with :data:`ROW_KEYS`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+    write_text(path, json.dumps([asdict(r) for r in rows], indent=2) + "\n")
 
 
 def read_json(path: Path) -> list[Row]:

@@ -1,10 +1,11 @@
-"""What the GPU scripts share: capped child runs, results written as they come, versions.
+"""What every harness of the benchmark shares: capped child runs, results written as they come.
 
+Every measurement runs in its own process with a time cap (:func:`run_capped`):
+the CPU benchmark's workers, the GPU script's runs and the GPU check's bodies.
 The first run on a rented GPU must not lose its numbers to one slow compile,
-so ``gpu_h200`` and ``gpu_check`` run every measurement in its own process
-with a time cap (:func:`run_capped`), append each result to a JSON and a
-markdown file at once (:class:`ResultLog`), and record the torch, triton and
-CUDA versions and the GPU's name (:data:`VERSIONS_CODE`). Standard library
+so ``gpu_h200`` and ``gpu_check`` also append each result to a JSON and a
+markdown file at once (:class:`ResultLog`) and record the torch, triton
+and CUDA versions and the GPU's name (:data:`VERSIONS_CODE`). Standard library
 only: the parent never imports torch.
 """
 
@@ -19,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from trcomp_bench.results import write_text
 
 __all__ = [
     "MARK",
@@ -108,7 +111,11 @@ def run_capped(
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
 ) -> CappedRun:
-    """Run ``command`` for at most ``cap_s`` seconds, killing its whole process group after."""
+    """Run ``command`` for at most ``cap_s`` seconds, killing its whole process group after.
+
+    The group is killed too when the parent is interrupted (Ctrl-C), so no
+    compile worker outlives the run.
+    """
     start = time.monotonic()
     proc = subprocess.Popen(
         list(command),
@@ -126,6 +133,10 @@ def run_capped(
         os.killpg(proc.pid, 9)
         out, err = proc.communicate()
         code = None
+    except BaseException:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        raise
     return CappedRun(code, out or "", err or "", time.monotonic() - start)
 
 
@@ -155,13 +166,6 @@ class ResultLog:
 
     def write(self) -> None:
         """Rewrite the JSON and markdown files from what the log holds."""
-        self.stem.parent.mkdir(parents=True, exist_ok=True)
         body = {"meta": self.meta, "results": self.entries}
-        self._replace(self.stem.with_suffix(".json"), json.dumps(body, indent=2, default=str))
-        self._replace(self.stem.with_suffix(".md"), self.render(self))
-
-    @staticmethod
-    def _replace(path: Path, text: str) -> None:
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(text + "\n")
-        partial.replace(path)
+        write_text(self.stem.with_suffix(".json"), json.dumps(body, indent=2, default=str) + "\n")
+        write_text(self.stem.with_suffix(".md"), self.render(self) + "\n")
