@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trcomp_bench.runs import ResultLog, collect_versions, marked_json, run_capped
+from trcomp_bench.runs import Job, ResultLog, collect_versions, marked_json, run_capped, run_jobs
 
 __all__ = ["CHECKS", "Check", "main", "render"]
 
@@ -234,6 +234,18 @@ def render(log: ResultLog) -> str:
     return "\n".join(lines)
 
 
+def _runner(
+    check: Check, args: argparse.Namespace, meta: dict[str, Any]
+) -> Callable[[float], dict[str, Any]]:
+    def run(cap: float) -> dict[str, Any]:
+        result = check.run(args, cap)
+        if check.name == "environment":  # the report's head shows them
+            meta["versions"] = {k: v for k, v in result.items() if k not in ("status", "seconds")}
+        return result
+
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the checks in order within the budget; 0 when every check ran and passed."""
     parser = argparse.ArgumentParser(prog="python -m trcomp_bench.gpu_check", description=__doc__)
@@ -248,28 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     log = ResultLog(Path(args.out) / "gpu-check", meta, render)
     deadline = time.monotonic() + args.budget_s
     chosen = [c for c in CHECKS if not args.only or c.name in args.only.split(",")]
-    failed = False
+    jobs = [Job(c.name, {"check": c.name}, c.cap_s, _runner(c, args, meta)) for c in chosen]
     try:
-        for check in chosen:
-            cap = min(check.cap_s, deadline - time.monotonic())
-            if cap < 10:
-                log.add({"check": check.name, "status": "skipped: budget spent"})
-                failed = True
-                continue
-            print(f"[gpu_check] {check.name} (cap {cap:.0f} s) ...", file=sys.stderr, flush=True)
-            start = time.monotonic()
-            try:
-                result = check.run(args, cap)
-            except Exception as exc:  # a broken check is a result too
-                result = {"status": f"error: {type(exc).__name__}: {exc}"}
-            result.setdefault("seconds", round(time.monotonic() - start, 1))
-            if check.name == "environment":
-                meta["versions"] = {
-                    k: v for k, v in result.items() if k not in ("status", "seconds")
-                }
-            log.add({"check": check.name, **result})
-            failed |= not str(result.get("status", "")).startswith(("ok", "skipped"))
-            print(f"[gpu_check] {check.name}: {result.get('status')}", file=sys.stderr, flush=True)
+        failed = run_jobs(
+            jobs, log, deadline=deadline, min_cap_s=10, skipped="skipped: budget spent",
+            tag="gpu_check",
+        )  # fmt: skip
     finally:
         shutil.rmtree(args.scratch, ignore_errors=True)
     print(f"[gpu_check] results in {log.stem}.json and .md", file=sys.stderr)

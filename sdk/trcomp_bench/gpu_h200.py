@@ -1,8 +1,8 @@
 """GPU benchmark for one H200, container-free: eager against inductor, max-autotune and jax.
 
 Run it from a checkout on a machine with one NVIDIA H200, torch 2.9 and
-transformers (no trcomp image, no downloads; it imports only the standard
-library part of trcomp, ``trcomp_bench.runs``)::
+transformers (no trcomp image, no downloads; the parent imports only the
+standard-library modules ``trcomp_bench.runs`` and ``trcomp_bench.results``)::
 
     PYTHONPATH=sdk python -m trcomp_bench.gpu_h200 --out h200     # about 6-8 minutes
     PYTHONPATH=sdk python -m trcomp_bench.gpu_h200 --dry-run --out /tmp/h200  # CPU, tiny
@@ -43,12 +43,21 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from trcomp_bench.results import table
-from trcomp_bench.runs import MARK, ResultLog, collect_versions, marked_json, run_capped
+from trcomp_bench.runs import (
+    MARK,
+    Job,
+    ResultLog,
+    collect_versions,
+    marked_json,
+    run_capped,
+    run_jobs,
+)
 
 __all__ = [
     "BACKENDS",
@@ -315,6 +324,35 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _runner(
+    args: argparse.Namespace, model: str, backend: str
+) -> Callable[[float], dict[str, Any]]:
+    """How one (model, backend) runs: its own process, capped, the result as a MARK line."""
+
+    def run(cap: float) -> dict[str, Any]:
+        command = [sys.executable, "-m", "trcomp_bench.gpu_h200", "--one-model", model,
+                   "--one-backend", backend, "--steps", str(args.steps),
+                   "--warmup", str(args.warmup)]  # fmt: skip
+        command += ["--dry-run"] if args.dry_run else []
+        env = None
+        if backend in JAX_BACKENDS:
+            cache = Path(f"{args.out}-jax-cache") / model
+            if backend == "jax":  # cold: an empty cache; jax-warm then reuses it
+                shutil.rmtree(cache, ignore_errors=True)
+            cache.mkdir(parents=True, exist_ok=True)
+            env = {**os.environ, **jax_environment(cache, args.dry_run)}
+        done = run_capped(command, cap, env=env)
+        body = marked_json(done.stdout)
+        if done.timed_out:
+            return {"seconds": round(done.seconds, 1), "status": f"stopped at its {cap:.0f} s cap"}
+        if done.returncode != 0 or body is None:
+            status = f"exit {done.returncode}: {done.stderr[-600:]}"
+            return {"seconds": round(done.seconds, 1), "status": status}
+        return {"seconds": round(done.seconds, 1), "status": "ok", "result": body}
+
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every (model, backend) in its own capped process, writing each result at once."""
     args = _parse(argv)
@@ -331,38 +369,15 @@ def main(argv: list[str] | None = None) -> int:
     log = ResultLog(Path(args.out), meta, _markdown)
     meta["versions"] = collect_versions()
     log.write()
-    failed = False
-    for model, backend in run_order(models, backends):
-        cap = min(args.run_cap_s, deadline - time.monotonic())
-        entry: dict[str, Any] = {"model": model, "backend": backend}
-        if cap < 30:
-            log.add({**entry, "status": "skipped: --budget-s spent"})
-            failed = True
-            continue
-        command = [sys.executable, "-m", "trcomp_bench.gpu_h200", "--one-model", model,
-                   "--one-backend", backend, "--steps", str(args.steps),
-                   "--warmup", str(args.warmup)]  # fmt: skip
-        command += ["--dry-run"] if args.dry_run else []
-        env = None
-        if backend in JAX_BACKENDS:
-            cache = Path(f"{args.out}-jax-cache") / model
-            if backend == "jax":  # cold: an empty cache; jax-warm then reuses it
-                shutil.rmtree(cache, ignore_errors=True)
-            cache.mkdir(parents=True, exist_ok=True)
-            env = {**os.environ, **jax_environment(cache, args.dry_run)}
-        print(f"[gpu_h200] {model} {backend} (cap {cap:.0f} s) ...", file=sys.stderr, flush=True)
-        done = run_capped(command, cap, env=env)
-        body = marked_json(done.stdout)
-        entry["seconds"] = round(done.seconds, 1)
-        if done.timed_out:
-            entry["status"] = f"stopped at its {cap:.0f} s cap"
-        elif done.returncode != 0 or body is None:
-            entry["status"] = f"exit {done.returncode}: {done.stderr[-600:]}"
-        else:
-            entry.update(status="ok", result=body)
-        failed |= entry["status"] != "ok"
-        log.add(entry)
-        print(f"[gpu_h200] {model} {backend}: {entry['status'][:200]}", file=sys.stderr)
+    jobs = [
+        Job(f"{model} {backend}", {"model": model, "backend": backend}, args.run_cap_s,
+            _runner(args, model, backend))
+        for model, backend in run_order(models, backends)
+    ]  # fmt: skip
+    failed = run_jobs(
+        jobs, log, deadline=deadline, min_cap_s=30, skipped="skipped: --budget-s spent",
+        tag="gpu_h200",
+    )  # fmt: skip
     print((Path(args.out).with_suffix(".md")).read_text(), end="")
     return 1 if failed else 0
 

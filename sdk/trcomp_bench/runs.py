@@ -3,7 +3,8 @@
 Every measurement runs in its own process with a time cap (:func:`run_capped`):
 the CPU benchmark's workers, the GPU script's runs and the GPU check's bodies.
 The first run on a rented GPU must not lose its numbers to one slow compile,
-so ``gpu_h200`` and ``gpu_check`` also append each result to a JSON and a
+so ``gpu_h200`` and ``gpu_check`` run their measurements through one loop
+(:func:`run_jobs`: each job capped inside an overall budget), append each result to a JSON and a
 markdown file at once (:class:`ResultLog`) and record the torch, triton
 and CUDA versions and the GPU's name (:data:`VERSIONS_CODE`). Standard library
 only: the parent never imports torch.
@@ -27,10 +28,12 @@ __all__ = [
     "MARK",
     "VERSIONS_CODE",
     "CappedRun",
+    "Job",
     "ResultLog",
     "collect_versions",
     "marked_json",
     "run_capped",
+    "run_jobs",
 ]
 
 MARK = "TRCOMP_GPU_RESULT "
@@ -169,3 +172,54 @@ class ResultLog:
         body = {"meta": self.meta, "results": self.entries}
         write_text(self.stem.with_suffix(".json"), json.dumps(body, indent=2, default=str) + "\n")
         write_text(self.stem.with_suffix(".md"), self.render(self) + "\n")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One capped run of a harness.
+
+    ``keys`` name its log entry (``{"model": ..., "backend": ...}``); ``run(cap_s)``
+    returns the rest of the entry, ``status`` first ("ok..." or "skipped..."
+    when nothing failed).
+    """
+
+    name: str
+    keys: Mapping[str, Any]
+    cap_s: float
+    run: Callable[[float], dict[str, Any]]
+
+
+def run_jobs(
+    jobs: Sequence[Job],
+    log: ResultLog,
+    *,
+    deadline: float,
+    min_cap_s: float,
+    skipped: str,
+    tag: str,
+) -> bool:
+    """Run ``jobs`` in order, each capped by its own limit and the time left before ``deadline``.
+
+    A job whose cap would be under ``min_cap_s`` is logged with status ``skipped``;
+    a job that raises is logged as an error. Every entry is written at once.
+    Returns True when any job failed or was skipped for want of time.
+    """
+    failed = False
+    for job in jobs:
+        cap = min(job.cap_s, deadline - time.monotonic())
+        if cap < min_cap_s:
+            log.add({**job.keys, "status": skipped})
+            failed = True
+            continue
+        print(f"[{tag}] {job.name} (cap {cap:.0f} s) ...", file=sys.stderr, flush=True)
+        start = time.monotonic()
+        try:
+            result = job.run(cap)
+        except Exception as exc:  # a broken job is a result too
+            result = {"status": f"error: {type(exc).__name__}: {exc}"}
+        result.setdefault("seconds", round(time.monotonic() - start, 1))
+        log.add({**job.keys, **result})
+        status = str(result.get("status", ""))
+        failed |= not status.startswith(("ok", "skipped"))
+        print(f"[{tag}] {job.name}: {status[:200]}", file=sys.stderr, flush=True)
+    return failed

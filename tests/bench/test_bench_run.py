@@ -90,8 +90,9 @@ def test_gpu_script_runs_backend_by_backend_with_max_autotune_last() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
-    sdk = Path(gpu_h200.__file__).parents[2]
+    sdk = Path(gpu_h200.__file__).parents[1]
     proc = subprocess.run(
         [sys.executable, "-m", "trcomp_bench.gpu_h200", "--dry-run", "--backends", "eager",
          "--steps", "2", "--warmup", "1", "--out", str(tmp_path / "gpu")],
@@ -110,7 +111,7 @@ def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_gpu_script_runs_the_jax_engine_cold_then_warm(tmp_path: Path) -> None:
     pytest.importorskip("torchax")
-    sdk = Path(gpu_h200.__file__).parents[2]
+    sdk = Path(gpu_h200.__file__).parents[1]
     out = tmp_path / "gpu"
     proc = subprocess.run(
         [sys.executable, "-m", "trcomp_bench.gpu_h200", "--dry-run", "--models", "gpt2-small",
@@ -128,6 +129,7 @@ def test_gpu_script_runs_the_jax_engine_cold_then_warm(tmp_path: Path) -> None:
     assert any(p.is_file() for p in cache.rglob("*"))  # the cold run filled JAX's cache
 
 
+@pytest.mark.slow
 def test_xla_runs_through_the_runtime_helpers_and_matches_eager(
     tmp_path: Path, clean_env: pytest.MonkeyPatch
 ) -> None:
