@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 
 from trcomp_bench.backends import BACKENDS, backend_env, get_backend
 from trcomp_bench.batchsize import scale_learning_rate, search_max_batch_size
-from trcomp_bench.results import ROW_KEYS, Row, markdown_table, plot, read_json, write_json
+from trcomp_bench.results import (
+    ROW_KEYS,
+    Row,
+    markdown_table,
+    plot,
+    read_json,
+    table,
+    write_json,
+)
 from trcomp_bench.worker import RunSpec
 
 ISSUE_KEYS = [
@@ -55,6 +63,14 @@ def test_row_keys_are_exactly_the_issue_keys(tmp_path: Path) -> None:
     assert read_json(tmp_path / "out" / "rows.json") == rows
     with pytest.raises(ValueError, match="exactly the keys"):
         Row.from_dict({**loaded[0], "extra": 1})
+
+
+def test_one_table_writer() -> None:
+    assert (
+        table(("a", "b"), [(1, "x"), ("2", None)])
+        == "| a | b |\n|---|---|\n| 1 | x |\n| 2 | None |\n"
+    )
+    assert table(("a",), []) == "| a |\n|---|\n"
 
 
 def test_markdown_table_gives_the_ratio_against_eager() -> None:
