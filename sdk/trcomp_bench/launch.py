@@ -17,7 +17,6 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -60,7 +59,8 @@ def _fit(work: Path, instance_type: str, compiler: bool) -> tuple[float, float]:
     # logs="All": with "None" the SDK's local mode polls the finished job for seconds.
     estimator.fit(logs="All")
     wall = time.monotonic() - started
-    with tarfile.open(out / "model.tar.gz") as tar:
+    # Process mode packs into <out>/<job>/output/, Docker local mode into <out>/.
+    with tarfile.open(next(out.rglob("model.tar.gz"))) as tar:
         member = tar.extractfile("times.json")
         assert member is not None
         return wall, _script_seconds(json.load(member))
@@ -68,6 +68,7 @@ def _fit(work: Path, instance_type: str, compiler: bool) -> tuple[float, float]:
 
 def _docker_run(work: Path, image: str, compiler: bool) -> tuple[float, float]:
     from trcomp import TrainingCompilerConfig
+    from trcomp.docker_cli import run_docker
     from trcomp.local.tree import lay_out_tree
 
     tree = work / "tree"
@@ -82,38 +83,21 @@ def _docker_run(work: Path, image: str, compiler: bool) -> tuple[float, float]:
         source_dir=work / "src",
         entry_point="train.py",
     )
-    command = [
-        "docker",
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "-v",
-        f"{tree}:/opt/ml",
-        image,
-        "train",
-    ]
+    args = ["run", "--rm", "--network", "none", "-v", f"{tree}:/opt/ml", image, "train"]
     started = time.monotonic()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_docker(args, timeout=None, check=True)
     wall = time.monotonic() - started
     return wall, _script_seconds(json.loads((tree / "model" / "times.json").read_text()))
 
 
-def _docker_ready(image: str) -> bool:
-    try:
-        probe = subprocess.run(["docker", "image", "inspect", image], capture_output=True)
-    except FileNotFoundError:
-        return False
-    return probe.returncode == 0
-
-
 def measure(repeats: int = 3, compiler: bool = True, docker: bool = True) -> list[dict[str, Any]]:
     """Median wall, script and overhead seconds per way of launching."""
+    from trcomp.docker_cli import image_present
     from trcomp.image.uris import local_image_uri
 
     image = local_image_uri()
     ways: dict[str, Any] = {"process mode": lambda w: _fit(w, "local_process", compiler)}
-    if docker and _docker_ready(image):
+    if docker and image_present(image):
         ways["docker local mode"] = lambda w: _fit(w, "local", compiler)
         ways["plain docker run"] = lambda w: _docker_run(w, image, compiler)
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in ways}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trcomp_bench import cli, gpu_h200
+from trcomp_bench import cli, gpu_h200, launch
 from trcomp_bench.backends import backend_env
 from trcomp_bench.harness import RunFailed, run_measurement
 from trcomp_bench.results import ROW_KEYS
@@ -173,3 +173,14 @@ def test_jax_engine_runs_through_compile_step_and_matches_eager(
     assert any((tmp_path / "jax" / "jax").iterdir())  # JAX's persistent cache was written
     jax, eager = results["jax"]["losses"], results["eager"]["losses"]
     assert max(abs(a - b) for a, b in zip(jax, eager, strict=True)) < 1e-4
+
+
+@pytest.mark.slow
+def test_launch_overhead_in_process_mode(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+    rows = launch.measure(repeats=1, docker=False)
+    assert [(r["launch"], r["compiler"], r["repeats"]) for r in rows] == [("process mode", True, 1)]
+    assert launch.markdown_table(rows).startswith(
+        "| launch | compiler | repeats | median wall (s) | median overhead (s) |\n"
+        "|---|---|---|---|---|\n| process mode | on | 1 | "
+    )
