@@ -3,7 +3,16 @@
 ``python -m trcomp_bench`` (or ``trcomp bench``) runs the reference workloads;
 :func:`run_benchmark` and :func:`find_batch_size` are the same from Python.
 Importing this package does not import torch: every measurement runs in its
-own subprocess. See docs/benchmarks.md.
+own subprocess. Its dependencies are trcomp's ``bench`` extra; ``import trcomp``
+never imports it. See docs/benchmarks.md.
+
+What runs a measurement, shared by every command: :mod:`trcomp_bench.runs`
+(a child process per measurement, capped; the budgeted job loop; results
+written as they come) and :mod:`trcomp_bench.results` (the one markdown table
+writer, the result files). The commands on top: the CPU benchmark
+(:mod:`~trcomp_bench.cli`, :mod:`~trcomp_bench.harness`, :mod:`~trcomp_bench.worker`),
+the launch overhead (:mod:`~trcomp_bench.launch`), the GPU throughput script
+(:mod:`~trcomp_bench.gpu_h200`) and ``make gpu-check`` (:mod:`~trcomp_bench.gpu_check`).
 """
 
 from __future__ import annotations
