@@ -39,7 +39,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trcomp_bench.runs import Job, ResultLog, collect_versions, marked_json, run_capped, run_jobs
+from trcomp_bench.runs import (
+    Job,
+    ResultLog,
+    add_job_arguments,
+    collect_versions,
+    marked_json,
+    run_capped,
+    run_jobs,
+)
 
 __all__ = ["CHECKS", "Check", "main", "render"]
 
@@ -249,11 +257,10 @@ def _runner(
 def main(argv: list[str] | None = None) -> int:
     """Run the checks in order within the budget; 0 when every check ran and passed."""
     parser = argparse.ArgumentParser(prog="python -m trcomp_bench.gpu_check", description=__doc__)
-    parser.add_argument("--out", default="gpu-check", help="directory for gpu-check.json/.md")
-    parser.add_argument("--budget-s", type=float, default=BUDGET_S)
-    parser.add_argument("--steps", type=int, default=20)
+    add_job_arguments(
+        parser, out="gpu-check", out_help="directory for gpu-check.json/.md", budget_s=BUDGET_S
+    )
     parser.add_argument("--only", default="", help="comma-separated check names")
-    parser.add_argument("--dry-run", action="store_true", help="on CPU, tiny: checks the script")
     args = parser.parse_args(argv)
     args.scratch = Path(tempfile.mkdtemp(prefix="trcomp-gpu-check-"))
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "dry_run": args.dry_run}

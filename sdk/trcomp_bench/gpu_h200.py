@@ -53,6 +53,7 @@ from trcomp_bench.runs import (
     MARK,
     Job,
     ResultLog,
+    add_job_arguments,
     collect_versions,
     marked_json,
     run_capped,
@@ -307,17 +308,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--backends", default=",".join(BACKENDS), help="comma-separated: %(default)s"
     )
-    parser.add_argument("--steps", type=int, default=20, help="timed steps (default: 20)")
+    add_job_arguments(
+        parser, out="h200", out_help="writes <out>.json and <out>.md as it goes", budget_s=450.0
+    )
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps, compile included")
     parser.add_argument(
-        "--budget-s", type=float, default=450.0, help="whole-run limit; later runs skip once spent"
-    )
-    parser.add_argument(
         "--run-cap-s", type=float, default=200.0, help="limit for one (model, backend) run"
-    )
-    parser.add_argument("--out", default="h200", help="writes <out>.json and <out>.md as it goes")
-    parser.add_argument(
-        "--dry-run", action="store_true", help="tiny configs on CPU: checks the script, not the GPU"
     )
     parser.add_argument("--one-model", help=argparse.SUPPRESS)
     parser.add_argument("--one-backend", help=argparse.SUPPRESS)

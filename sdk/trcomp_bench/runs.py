@@ -12,6 +12,7 @@ only: the parent never imports torch.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -30,6 +31,7 @@ __all__ = [
     "CappedRun",
     "Job",
     "ResultLog",
+    "add_job_arguments",
     "collect_versions",
     "marked_json",
     "run_capped",
@@ -223,3 +225,20 @@ def run_jobs(
         failed |= not status.startswith(("ok", "skipped"))
         print(f"[{tag}] {job.name}: {status[:200]}", file=sys.stderr, flush=True)
     return failed
+
+
+def add_job_arguments(
+    parser: argparse.ArgumentParser, *, out: str, out_help: str, budget_s: float
+) -> None:
+    """The options both budgeted commands share: --out, --budget-s, --steps, --dry-run."""
+    parser.add_argument("--out", default=out, help=out_help)
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=budget_s,
+        help="whole-run limit; later runs skip once spent (default: %(default)s)",
+    )
+    parser.add_argument("--steps", type=int, default=20, help="timed steps (default: 20)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="tiny models on CPU: checks the script, not the GPU"
+    )
