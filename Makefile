@@ -101,7 +101,7 @@ test-container: install docker-engine
 # BENCH_ARGS="--repeats 2"; BENCH_OUT=DIR writes elsewhere.
 BENCH_OUT ?= docs/benchmarks
 bench: install
-	$(PY) -m trcomp.bench --json $(BENCH_OUT)/cpu.json --markdown $(BENCH_OUT)/cpu.md \
+	$(PY) -m trcomp_bench --json $(BENCH_OUT)/cpu.json --markdown $(BENCH_OUT)/cpu.md \
 		--png $(BENCH_OUT)/cpu.png $(BENCH_ARGS)
 
 # GPU check (needs an NVIDIA GPU; 2 for the DDP part): probe, engines, step metric,
@@ -114,4 +114,4 @@ GPU_CHECK_OUT ?= gpu-check
 GPU_CHECK_ARGS ?=
 gpu-check:
 	PYTHONPATH=sdk:container$${PYTHONPATH:+:$$PYTHONPATH} \
-		$(GPU_PY) -m trcomp.bench.gpu_check --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
+		$(GPU_PY) -m trcomp_bench.gpu_check --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)

@@ -24,7 +24,7 @@ def test_example_runs(index: int, clean_env: pytest.MonkeyPatch) -> None:
     namespace: dict[str, object] = {}
     exec(compile(code, f"{DOC}:block{index}", "exec"), namespace)
     if "make" in namespace:  # the user-model example: it must follow the contract
-        from trcomp.bench.workloads import loss_of
+        from trcomp_bench.workloads import loss_of
 
         model, batch_fn = namespace["make"](4)  # type: ignore[operator]
         assert loss_of(model(*batch_fn(0))).ndim == 0

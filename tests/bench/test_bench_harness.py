@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from trcomp.bench.batchsize import find_batch_size
-from trcomp.bench.harness import BenchOptions, RunFailed, quick_options, run_benchmark
-from trcomp.bench.worker import RunSpec
+from trcomp_bench.batchsize import find_batch_size
+from trcomp_bench.harness import BenchOptions, RunFailed, run_benchmark
+from trcomp_bench.worker import RunSpec
 
 Fake = Callable[..., dict[str, Any]]
+
+
+def quick_options(**changes: Any) -> BenchOptions:
+    """Small settings (tiny models, few steps), with ``changes``."""
+    return replace(BenchOptions(size="tiny", steps=8, warmup=3, repeats=1), **changes)
 
 
 def test_rounds_are_interleaved_and_caches_go_cold_then_warm(fake_result: Fake) -> None:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from trcomp.bench import cli, gpu_h200
-from trcomp.bench.backends import backend_env
-from trcomp.bench.harness import RunFailed, run_measurement
-from trcomp.bench.results import ROW_KEYS
-from trcomp.bench.worker import RunSpec, measure
+from trcomp_bench import cli, gpu_h200, launch
+from trcomp_bench.backends import backend_env
+from trcomp_bench.harness import RunFailed, run_measurement
+from trcomp_bench.results import ROW_KEYS
+from trcomp_bench.worker import RunSpec, measure
 
 HERE = Path(__file__).resolve().parent
 
@@ -90,10 +90,11 @@ def test_gpu_script_runs_backend_by_backend_with_max_autotune_last() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
-    sdk = Path(gpu_h200.__file__).parents[2]
+    sdk = Path(gpu_h200.__file__).parents[1]
     proc = subprocess.run(
-        [sys.executable, "-m", "trcomp.bench.gpu_h200", "--dry-run", "--backends", "eager",
+        [sys.executable, "-m", "trcomp_bench.gpu_h200", "--dry-run", "--backends", "eager",
          "--steps", "2", "--warmup", "1", "--out", str(tmp_path / "gpu")],
         capture_output=True, text=True, timeout=300,
         env={"PATH": "/usr/bin:/bin", "USE_TORCH_XLA": "0", "PYTHONPATH": str(sdk)},
@@ -110,10 +111,10 @@ def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_gpu_script_runs_the_jax_engine_cold_then_warm(tmp_path: Path) -> None:
     pytest.importorskip("torchax")
-    sdk = Path(gpu_h200.__file__).parents[2]
+    sdk = Path(gpu_h200.__file__).parents[1]
     out = tmp_path / "gpu"
     proc = subprocess.run(
-        [sys.executable, "-m", "trcomp.bench.gpu_h200", "--dry-run", "--models", "gpt2-small",
+        [sys.executable, "-m", "trcomp_bench.gpu_h200", "--dry-run", "--models", "gpt2-small",
          "--backends", "jax-warm,eager,jax", "--steps", "2", "--warmup", "1", "--out", str(out)],
         capture_output=True, text=True, timeout=600,
         env={"PATH": "/usr/bin:/bin", "USE_TORCH_XLA": "0", "PYTHONPATH": str(sdk)},
@@ -128,6 +129,7 @@ def test_gpu_script_runs_the_jax_engine_cold_then_warm(tmp_path: Path) -> None:
     assert any(p.is_file() for p in cache.rglob("*"))  # the cold run filled JAX's cache
 
 
+@pytest.mark.slow
 def test_xla_runs_through_the_runtime_helpers_and_matches_eager(
     tmp_path: Path, clean_env: pytest.MonkeyPatch
 ) -> None:
@@ -171,3 +173,14 @@ def test_jax_engine_runs_through_compile_step_and_matches_eager(
     assert any((tmp_path / "jax" / "jax").iterdir())  # JAX's persistent cache was written
     jax, eager = results["jax"]["losses"], results["eager"]["losses"]
     assert max(abs(a - b) for a, b in zip(jax, eager, strict=True)) < 1e-4
+
+
+@pytest.mark.slow
+def test_launch_overhead_in_process_mode(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+    rows = launch.measure(repeats=1, docker=False)
+    assert [(r["launch"], r["compiler"], r["repeats"]) for r in rows] == [("process mode", True, 1)]
+    assert launch.markdown_table(rows).startswith(
+        "| launch | compiler | repeats | median wall (s) | median overhead (s) |\n"
+        "|---|---|---|---|---|\n| process mode | on | 1 | "
+    )

@@ -11,10 +11,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trcomp.bench.backends import BACKENDS, backend_env, get_backend
-from trcomp.bench.batchsize import scale_learning_rate, search_max_batch_size
-from trcomp.bench.results import ROW_KEYS, Row, markdown_table, plot, read_json, write_json
-from trcomp.bench.worker import RunSpec
+from trcomp_bench.backends import BACKENDS, backend_env, get_backend
+from trcomp_bench.batchsize import scale_learning_rate, search_max_batch_size
+from trcomp_bench.results import (
+    ROW_KEYS,
+    Row,
+    markdown_table,
+    plot,
+    read_json,
+    table,
+    write_json,
+)
+from trcomp_bench.worker import RunSpec
 
 ISSUE_KEYS = [
     "workload", "backend", "device", "batch_size", "first_step_cold_s", "first_step_warm_s",
@@ -28,10 +36,19 @@ def _row(backend: str, step_s: float, workload: str = "gpt2") -> Row:
 
 def test_importing_the_bench_does_not_import_torch() -> None:
     code = (
-        "import sys, trcomp.bench, trcomp.bench.cli, trcomp.bench.harness, "
-        "trcomp.bench.batchsize, trcomp.bench.gpu_h200, trcomp.bench.workloads; "
+        "import sys, trcomp_bench, trcomp_bench.cli, trcomp_bench.harness, "
+        "trcomp_bench.batchsize, trcomp_bench.gpu_h200, trcomp_bench.workloads; "
         "heavy = [m for m in ('torch', 'torch_xla', 'transformers', 'matplotlib') "
         "if m in sys.modules]; print(heavy); sys.exit(1 if heavy else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_importing_trcomp_does_not_import_the_bench() -> None:
+    code = (
+        "import sys, trcomp, trcomp.runtime, trcomp.cli; "
+        "sys.exit(1 if 'trcomp_bench' in sys.modules else 0)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -46,6 +63,14 @@ def test_row_keys_are_exactly_the_issue_keys(tmp_path: Path) -> None:
     assert read_json(tmp_path / "out" / "rows.json") == rows
     with pytest.raises(ValueError, match="exactly the keys"):
         Row.from_dict({**loaded[0], "extra": 1})
+
+
+def test_one_table_writer() -> None:
+    assert (
+        table(("a", "b"), [(1, "x"), ("2", None)])
+        == "| a | b |\n|---|---|\n| 1 | x |\n| 2 | None |\n"
+    )
+    assert table(("a",), []) == "| a |\n|---|\n"
 
 
 def test_markdown_table_gives_the_ratio_against_eager() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trcomp.bench.workloads import WORKLOADS, get_workload, load_factory, loss_of
+from trcomp_bench.workloads import WORKLOADS, get_workload, load_factory, loss_of
 
 HERE = Path(__file__).resolve().parent
 

@@ -6,12 +6,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from trcomp.bench.gpu_check import CHECKS
-from trcomp.bench.gpu_runs import ResultLog, run_capped
+from trcomp_bench.gpu_check import CHECKS
+from trcomp_bench.runs import Job, ResultLog, run_capped, run_jobs
 
 ROOT = Path(__file__).parents[2]
 
@@ -36,6 +37,41 @@ def test_results_are_on_disk_after_each_entry(tmp_path: Path) -> None:
     ]
     assert (tmp_path / "r.md").read_text() == "1 entries\n"
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_the_job_loop_logs_every_outcome_and_skips_once_the_budget_is_spent(
+    tmp_path: Path,
+) -> None:
+    caps: list[float] = []
+
+    def fine(cap: float) -> dict[str, object]:
+        caps.append(cap)
+        return {"status": "ok"}
+
+    def broken(cap: float) -> dict[str, object]:
+        raise ValueError("no such GPU")
+
+    jobs = [
+        Job("a", {"check": "a"}, 5.0, fine),
+        Job("b", {"check": "b"}, 5.0, broken),
+        Job("c", {"check": "c"}, 5.0, lambda cap: {"status": "skipped: fewer than 2 GPUs"}),
+    ]
+    log = ResultLog(tmp_path / "r", {}, lambda log: "")
+    failed = run_jobs(
+        jobs, log, deadline=time.monotonic() + 3600, min_cap_s=1, skipped="spent", tag="t"
+    )
+    assert failed and caps == [5.0]  # its own cap, well inside the budget
+    entries = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert [(e["check"], e["status"]) for e in entries] == [
+        ("a", "ok"),
+        ("b", "error: ValueError: no such GPU"),
+        ("c", "skipped: fewer than 2 GPUs"),
+    ]
+    spent = ResultLog(tmp_path / "s", {}, lambda log: "")
+    assert run_jobs(
+        jobs[:1], spent, deadline=time.monotonic(), min_cap_s=1, skipped="spent", tag="t"
+    )
+    assert spent.entries == [{"check": "a", "status": "spent"}]
 
 
 def test_a_run_over_its_cap_is_stopped() -> None:

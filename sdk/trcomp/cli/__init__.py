@@ -29,8 +29,8 @@ _DESCRIPTION = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole ``trcomp`` parser; each command sets ``func(args) -> int``."""
-    from trcomp.bench.cli import register as register_bench
     from trcomp.cli import doctor, image, run
+    from trcomp_bench.cli import register as register_bench
 
     parser = argparse.ArgumentParser(
         prog="trcomp",

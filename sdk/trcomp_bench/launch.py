@@ -5,7 +5,7 @@ mode, Docker local mode and a plain ``docker run`` of the same image against
 the same ``/opt/ml`` tree, interleaved so machine drift hits every way alike.
 Overhead is wall time minus the script's own time.
 
-    python -m trcomp.bench.launch --repeats 3 --json launch.json
+    python -m trcomp_bench.launch --repeats 3 --json launch.json
 
 Docker rows need the Docker engine and the image (``make image``); without
 them only process mode is measured.
@@ -17,7 +17,6 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -25,7 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCRIPT", "main", "measure"]
+from trcomp_bench.results import table, write_text
+
+__all__ = ["SCRIPT", "main", "markdown_table", "measure"]
 
 SCRIPT = """\
 import json, os, pathlib, time
@@ -58,7 +59,8 @@ def _fit(work: Path, instance_type: str, compiler: bool) -> tuple[float, float]:
     # logs="All": with "None" the SDK's local mode polls the finished job for seconds.
     estimator.fit(logs="All")
     wall = time.monotonic() - started
-    with tarfile.open(out / "model.tar.gz") as tar:
+    # Process mode packs into <out>/<job>/output/, Docker local mode into <out>/.
+    with tarfile.open(next(out.rglob("model.tar.gz"))) as tar:
         member = tar.extractfile("times.json")
         assert member is not None
         return wall, _script_seconds(json.load(member))
@@ -66,6 +68,7 @@ def _fit(work: Path, instance_type: str, compiler: bool) -> tuple[float, float]:
 
 def _docker_run(work: Path, image: str, compiler: bool) -> tuple[float, float]:
     from trcomp import TrainingCompilerConfig
+    from trcomp.docker_cli import run_docker
     from trcomp.local.tree import lay_out_tree
 
     tree = work / "tree"
@@ -80,38 +83,21 @@ def _docker_run(work: Path, image: str, compiler: bool) -> tuple[float, float]:
         source_dir=work / "src",
         entry_point="train.py",
     )
-    command = [
-        "docker",
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "-v",
-        f"{tree}:/opt/ml",
-        image,
-        "train",
-    ]
+    args = ["run", "--rm", "--network", "none", "-v", f"{tree}:/opt/ml", image, "train"]
     started = time.monotonic()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_docker(args, timeout=None, check=True)
     wall = time.monotonic() - started
     return wall, _script_seconds(json.loads((tree / "model" / "times.json").read_text()))
 
 
-def _docker_ready(image: str) -> bool:
-    try:
-        probe = subprocess.run(["docker", "image", "inspect", image], capture_output=True)
-    except FileNotFoundError:
-        return False
-    return probe.returncode == 0
-
-
 def measure(repeats: int = 3, compiler: bool = True, docker: bool = True) -> list[dict[str, Any]]:
     """Median wall, script and overhead seconds per way of launching."""
-    from trcomp.images import local_image_uri
+    from trcomp.docker_cli import image_present
+    from trcomp.image.uris import local_image_uri
 
     image = local_image_uri()
     ways: dict[str, Any] = {"process mode": lambda w: _fit(w, "local_process", compiler)}
-    if docker and _docker_ready(image):
+    if docker and image_present(image):
         ways["docker local mode"] = lambda w: _fit(w, "local", compiler)
         ways["plain docker run"] = lambda w: _docker_run(w, image, compiler)
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in ways}
@@ -139,6 +125,17 @@ def measure(repeats: int = 3, compiler: bool = True, docker: bool = True) -> lis
     return rows
 
 
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The rows of :func:`measure` as a markdown table."""
+    header = ("launch", "compiler", "repeats", "median wall (s)", "median overhead (s)")
+    cells = [
+        (row["launch"], "on" if row["compiler"] else "off", row["repeats"],
+         f"{row['wall_s']:.2f}", f"{row['overhead_s']:.2f}")
+        for row in rows
+    ]  # fmt: skip
+    return table(header, cells)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: print a markdown table, optionally write JSON."""
     parser = argparse.ArgumentParser(description="Measure fit() launch overhead.")
@@ -148,15 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args(argv)
     rows = measure(args.repeats, args.compiler == "on", not args.no_docker)
-    print("| launch | compiler | repeats | median wall (s) | median overhead (s) |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        print(
-            f"| {row['launch']} | {'on' if row['compiler'] else 'off'} | {row['repeats']} "
-            f"| {row['wall_s']:.2f} | {row['overhead_s']:.2f} |"
-        )
+    print(markdown_table(rows), end="")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        write_text(args.json, json.dumps(rows, indent=2) + "\n")
     return 0
 
 

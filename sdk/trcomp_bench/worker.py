@@ -1,8 +1,8 @@
-"""One measurement, in its own process: ``python -m trcomp.bench.worker SPEC OUT``.
+"""One measurement, in its own process: ``python -m trcomp_bench.worker SPEC OUT``.
 
 A fresh process per measurement is what makes "cold" and "warm" real: nothing
 compiled survives in memory, only what the compile cache wrote to disk. The
-parent (:mod:`trcomp.bench.harness`) writes a :class:`RunSpec` to ``SPEC`` and
+parent (:mod:`trcomp_bench.harness`) writes a :class:`RunSpec` to ``SPEC`` and
 reads the result back from ``OUT`` (stdout is left to libraries' chatter).
 """
 
@@ -56,8 +56,8 @@ def measure(spec: RunSpec) -> dict[str, Any]:
     ``warmup``), ``peak_mem_mb`` and ``startup_s`` (process start to the
     compile call: imports, model build).
     """
-    from trcomp.bench.backends import open_session
-    from trcomp.bench.workloads import get_workload, load_factory, loss_of
+    from trcomp_bench.backends import open_session
+    from trcomp_bench.workloads import get_workload, load_factory, loss_of
 
     session = open_session(spec.backend, spec.device)
     import torch
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the spec in ``argv[0]`` and write the result JSON to ``argv[1]``."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m trcomp.bench.worker SPEC.json OUT.json", file=sys.stderr)
+        print("usage: python -m trcomp_bench.worker SPEC.json OUT.json", file=sys.stderr)
         return 2
     spec = RunSpec.from_json(Path(args[0]).read_text())
     try:

@@ -1,7 +1,7 @@
 """``make gpu-check``: the GPU path checked on a real NVIDIA machine, in under 10 minutes.
 
-    python -m trcomp.bench.gpu_check --out gpu-check        # on a GPU machine
-    python -m trcomp.bench.gpu_check --dry-run --out /tmp/x  # the same code on CPU
+    python -m trcomp_bench.gpu_check --out gpu-check        # on a GPU machine
+    python -m trcomp_bench.gpu_check --dry-run --out /tmp/x  # the same code on CPU
 
 Checks run cheapest first, each in its own process with its own time cap,
 inside an overall budget; a check that would not fit is recorded as skipped.
@@ -39,7 +39,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trcomp.bench.gpu_runs import ResultLog, collect_versions, marked_json, run_capped
+from trcomp_bench.runs import (
+    Job,
+    ResultLog,
+    add_job_arguments,
+    collect_versions,
+    marked_json,
+    run_capped,
+    run_jobs,
+)
 
 __all__ = ["CHECKS", "Check", "main", "render"]
 
@@ -64,7 +72,7 @@ def _env(args: argparse.Namespace, **extra: str) -> dict[str, str]:
 
 
 def _body(args: argparse.Namespace, part: str, cap: float, env: dict[str, str]) -> dict[str, Any]:
-    command = [sys.executable, "-m", "trcomp.bench.gpu_check_body", part]
+    command = [sys.executable, "-m", "trcomp_bench.gpu_check_body", part]
     command += ["--steps", str(args.steps)] + (["--dry-run"] if args.dry_run else [])
     done = run_capped(command, cap, env=env)
     return _outcome(done, marked_json(done.stdout))
@@ -196,7 +204,7 @@ def check_ddp(args: argparse.Namespace, cap: float) -> dict[str, Any]:
     if not args.dry_run and len(_listed()) < 2:
         return {"status": "skipped: fewer than 2 GPUs"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc-per-node", "2", "-m", "trcomp.bench.gpu_check_body", "ddp"]
+    command += ["--nproc-per-node", "2", "-m", "trcomp_bench.gpu_check_body", "ddp"]
     command += ["--steps", str(args.steps)]
     command += ["--dry-run"] if args.dry_run else []
     env = _env(args) if args.dry_run else _env(args, CUDA_VISIBLE_DEVICES="0,1")
@@ -234,42 +242,37 @@ def render(log: ResultLog) -> str:
     return "\n".join(lines)
 
 
+def _runner(
+    check: Check, args: argparse.Namespace, meta: dict[str, Any]
+) -> Callable[[float], dict[str, Any]]:
+    def run(cap: float) -> dict[str, Any]:
+        result = check.run(args, cap)
+        if check.name == "environment":  # the report's head shows them
+            meta["versions"] = {k: v for k, v in result.items() if k not in ("status", "seconds")}
+        return result
+
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the checks in order within the budget; 0 when every check ran and passed."""
-    parser = argparse.ArgumentParser(prog="python -m trcomp.bench.gpu_check", description=__doc__)
-    parser.add_argument("--out", default="gpu-check", help="directory for gpu-check.json/.md")
-    parser.add_argument("--budget-s", type=float, default=BUDGET_S)
-    parser.add_argument("--steps", type=int, default=20)
+    parser = argparse.ArgumentParser(prog="python -m trcomp_bench.gpu_check", description=__doc__)
+    add_job_arguments(
+        parser, out="gpu-check", out_help="directory for gpu-check.json/.md", budget_s=BUDGET_S
+    )
     parser.add_argument("--only", default="", help="comma-separated check names")
-    parser.add_argument("--dry-run", action="store_true", help="on CPU, tiny: checks the script")
     args = parser.parse_args(argv)
     args.scratch = Path(tempfile.mkdtemp(prefix="trcomp-gpu-check-"))
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "dry_run": args.dry_run}
     log = ResultLog(Path(args.out) / "gpu-check", meta, render)
     deadline = time.monotonic() + args.budget_s
     chosen = [c for c in CHECKS if not args.only or c.name in args.only.split(",")]
-    failed = False
+    jobs = [Job(c.name, {"check": c.name}, c.cap_s, _runner(c, args, meta)) for c in chosen]
     try:
-        for check in chosen:
-            cap = min(check.cap_s, deadline - time.monotonic())
-            if cap < 10:
-                log.add({"check": check.name, "status": "skipped: budget spent"})
-                failed = True
-                continue
-            print(f"[gpu_check] {check.name} (cap {cap:.0f} s) ...", file=sys.stderr, flush=True)
-            start = time.monotonic()
-            try:
-                result = check.run(args, cap)
-            except Exception as exc:  # a broken check is a result too
-                result = {"status": f"error: {type(exc).__name__}: {exc}"}
-            result.setdefault("seconds", round(time.monotonic() - start, 1))
-            if check.name == "environment":
-                meta["versions"] = {
-                    k: v for k, v in result.items() if k not in ("status", "seconds")
-                }
-            log.add({"check": check.name, **result})
-            failed |= not str(result.get("status", "")).startswith(("ok", "skipped"))
-            print(f"[gpu_check] {check.name}: {result.get('status')}", file=sys.stderr, flush=True)
+        failed = run_jobs(
+            jobs, log, deadline=deadline, min_cap_s=10, skipped="skipped: budget spent",
+            tag="gpu_check",
+        )  # fmt: skip
     finally:
         shutil.rmtree(args.scratch, ignore_errors=True)
     print(f"[gpu_check] results in {log.stem}.json and .md", file=sys.stderr)

@@ -1,11 +1,11 @@
 """GPU benchmark for one H200, container-free: eager against inductor, max-autotune and jax.
 
 Run it from a checkout on a machine with one NVIDIA H200, torch 2.9 and
-transformers (no trcomp image, no downloads; it imports only the standard
-library part of trcomp, ``trcomp.bench.gpu_runs``)::
+transformers (no trcomp image, no downloads; the parent imports only the
+standard-library modules ``trcomp_bench.runs`` and ``trcomp_bench.results``)::
 
-    PYTHONPATH=sdk python -m trcomp.bench.gpu_h200 --out h200     # about 6-8 minutes
-    PYTHONPATH=sdk python -m trcomp.bench.gpu_h200 --dry-run --out /tmp/h200  # CPU, tiny
+    PYTHONPATH=sdk python -m trcomp_bench.gpu_h200 --out h200     # about 6-8 minutes
+    PYTHONPATH=sdk python -m trcomp_bench.gpu_h200 --dry-run --out /tmp/h200  # CPU, tiny
 
 It trains GPT-2 small (124M, seq 1024) and BERT-base (110M, masked LM, seq 512)
 from their configs with random weights, bf16 autocast and fused AdamW, each
@@ -43,11 +43,22 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trcomp.bench.gpu_runs import MARK, ResultLog, collect_versions, marked_json, run_capped
+from trcomp_bench.results import table
+from trcomp_bench.runs import (
+    MARK,
+    Job,
+    ResultLog,
+    add_job_arguments,
+    collect_versions,
+    marked_json,
+    run_capped,
+    run_jobs,
+)
 
 __all__ = [
     "BACKENDS",
@@ -244,22 +255,23 @@ def measure(spec: ModelSpec, backend: str, steps: int, warmup: int, device: str)
 def format_report(results: list[GpuResult], peak_tflops: float = PEAK_TFLOPS) -> str:
     """A markdown table: tokens/s, ratio over eager, first step, MFU, peak memory."""
     eager = {r.model: r.tokens_per_s for r in results if r.backend == "eager"}
-    lines = [
-        f"MFU = 6 * params * tokens / step time / {peak_tflops:.0f} TFLOP/s (dense bf16 peak)",
-        "| model | backend | precision | params (M) | tokens/step | first step (s) | step (ms) "
-        "| tokens/s | vs eager | MFU | peak mem (GiB) |",
-        "|" + "---|" * 11,
-    ]
+    header = (
+        "model", "backend", "precision", "params (M)", "tokens/step", "first step (s)",
+        "step (ms)", "tokens/s", "vs eager", "MFU", "peak mem (GiB)",
+    )  # fmt: skip
+    cells = []
     for r in results:
         ratio = f"{r.tokens_per_s / eager[r.model]:.2f}x" if r.model in eager else "n/a"
         util = mfu(r.params, r.tokens_per_step, r.step_s, peak_tflops)
-        lines.append(
-            f"| {r.model} | {r.backend} | {r.precision} | {r.params / 1e6:.1f} "
-            f"| {r.tokens_per_step} "
-            f"| {r.first_step_s:.1f} | {r.step_s * 1e3:.1f} | {r.tokens_per_s:,.0f} "
-            f"| {ratio} | {util:.1%} | {r.peak_mem_gb:.1f} |"
-        )
-    return "\n".join(lines) + "\n"
+        cells.append((
+            r.model, r.backend, r.precision, f"{r.params / 1e6:.1f}", r.tokens_per_step,
+            f"{r.first_step_s:.1f}", f"{r.step_s * 1e3:.1f}", f"{r.tokens_per_s:,.0f}", ratio,
+            f"{util:.1%}", f"{r.peak_mem_gb:.1f}",
+        ))  # fmt: skip
+    mfu_line = (
+        f"MFU = 6 * params * tokens / step time / {peak_tflops:.0f} TFLOP/s (dense bf16 peak)"
+    )
+    return mfu_line + "\n" + table(header, cells)
 
 
 def _child(args: argparse.Namespace) -> int:
@@ -296,21 +308,45 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--backends", default=",".join(BACKENDS), help="comma-separated: %(default)s"
     )
-    parser.add_argument("--steps", type=int, default=20, help="timed steps (default: 20)")
+    add_job_arguments(
+        parser, out="h200", out_help="writes <out>.json and <out>.md as it goes", budget_s=450.0
+    )
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps, compile included")
     parser.add_argument(
-        "--budget-s", type=float, default=450.0, help="whole-run limit; later runs skip once spent"
-    )
-    parser.add_argument(
         "--run-cap-s", type=float, default=200.0, help="limit for one (model, backend) run"
-    )
-    parser.add_argument("--out", default="h200", help="writes <out>.json and <out>.md as it goes")
-    parser.add_argument(
-        "--dry-run", action="store_true", help="tiny configs on CPU: checks the script, not the GPU"
     )
     parser.add_argument("--one-model", help=argparse.SUPPRESS)
     parser.add_argument("--one-backend", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
+
+
+def _runner(
+    args: argparse.Namespace, model: str, backend: str
+) -> Callable[[float], dict[str, Any]]:
+    """How one (model, backend) runs: its own process, capped, the result as a MARK line."""
+
+    def run(cap: float) -> dict[str, Any]:
+        command = [sys.executable, "-m", "trcomp_bench.gpu_h200", "--one-model", model,
+                   "--one-backend", backend, "--steps", str(args.steps),
+                   "--warmup", str(args.warmup)]  # fmt: skip
+        command += ["--dry-run"] if args.dry_run else []
+        env = None
+        if backend in JAX_BACKENDS:
+            cache = Path(f"{args.out}-jax-cache") / model
+            if backend == "jax":  # cold: an empty cache; jax-warm then reuses it
+                shutil.rmtree(cache, ignore_errors=True)
+            cache.mkdir(parents=True, exist_ok=True)
+            env = {**os.environ, **jax_environment(cache, args.dry_run)}
+        done = run_capped(command, cap, env=env)
+        body = marked_json(done.stdout)
+        if done.timed_out:
+            return {"seconds": round(done.seconds, 1), "status": f"stopped at its {cap:.0f} s cap"}
+        if done.returncode != 0 or body is None:
+            status = f"exit {done.returncode}: {done.stderr[-600:]}"
+            return {"seconds": round(done.seconds, 1), "status": status}
+        return {"seconds": round(done.seconds, 1), "status": "ok", "result": body}
+
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -329,38 +365,15 @@ def main(argv: list[str] | None = None) -> int:
     log = ResultLog(Path(args.out), meta, _markdown)
     meta["versions"] = collect_versions()
     log.write()
-    failed = False
-    for model, backend in run_order(models, backends):
-        cap = min(args.run_cap_s, deadline - time.monotonic())
-        entry: dict[str, Any] = {"model": model, "backend": backend}
-        if cap < 30:
-            log.add({**entry, "status": "skipped: --budget-s spent"})
-            failed = True
-            continue
-        command = [sys.executable, "-m", "trcomp.bench.gpu_h200", "--one-model", model,
-                   "--one-backend", backend, "--steps", str(args.steps),
-                   "--warmup", str(args.warmup)]  # fmt: skip
-        command += ["--dry-run"] if args.dry_run else []
-        env = None
-        if backend in JAX_BACKENDS:
-            cache = Path(f"{args.out}-jax-cache") / model
-            if backend == "jax":  # cold: an empty cache; jax-warm then reuses it
-                shutil.rmtree(cache, ignore_errors=True)
-            cache.mkdir(parents=True, exist_ok=True)
-            env = {**os.environ, **jax_environment(cache, args.dry_run)}
-        print(f"[gpu_h200] {model} {backend} (cap {cap:.0f} s) ...", file=sys.stderr, flush=True)
-        done = run_capped(command, cap, env=env)
-        body = marked_json(done.stdout)
-        entry["seconds"] = round(done.seconds, 1)
-        if done.timed_out:
-            entry["status"] = f"stopped at its {cap:.0f} s cap"
-        elif done.returncode != 0 or body is None:
-            entry["status"] = f"exit {done.returncode}: {done.stderr[-600:]}"
-        else:
-            entry.update(status="ok", result=body)
-        failed |= entry["status"] != "ok"
-        log.add(entry)
-        print(f"[gpu_h200] {model} {backend}: {entry['status'][:200]}", file=sys.stderr)
+    jobs = [
+        Job(f"{model} {backend}", {"model": model, "backend": backend}, args.run_cap_s,
+            _runner(args, model, backend))
+        for model, backend in run_order(models, backends)
+    ]  # fmt: skip
+    failed = run_jobs(
+        jobs, log, deadline=deadline, min_cap_s=30, skipped="skipped: --budget-s spent",
+        tag="gpu_h200",
+    )  # fmt: skip
     print((Path(args.out).with_suffix(".md")).read_text(), end="")
     return 1 if failed else 0
 

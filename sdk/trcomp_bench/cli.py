@@ -1,7 +1,7 @@
 """``trcomp bench``: the benchmark and the batch-size finder on the command line.
 
 Mounted by the ``trcomp`` command through :func:`register`; also runs alone as
-``python -m trcomp.bench``. Examples::
+``python -m trcomp_bench``. Examples::
 
     trcomp bench --json out/bench.json --markdown out/bench.md --png out/bench.png
     trcomp bench --model mypkg.models:make --batch-size 16
@@ -129,20 +129,22 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``python -m trcomp.bench`` (the same options as ``trcomp bench``)."""
-    parser = argparse.ArgumentParser(prog="python -m trcomp.bench", description=_DESCRIPTION)
+    """The parser of ``python -m trcomp_bench`` (the same options as ``trcomp bench``)."""
+    parser = argparse.ArgumentParser(prog="python -m trcomp_bench", description=_DESCRIPTION)
     _add_arguments(parser)
     return parser
 
 
 def _find_batch_size(args: argparse.Namespace, backends: tuple[str, ...]) -> int:
-    from trcomp.bench.batchsize import find_batch_size
+    from trcomp_bench.batchsize import find_batch_size
+    from trcomp_bench.results import table_head, table_row, write_text
 
     target = args.model or args.workloads[0]
     results = []
     print(f"largest batch that fits: {target}")
-    print("| backend | device | largest batch | peak mem (MiB) | lr linear | lr sqrt |")
-    print("|---|---|---|---|---|---|")
+    print(
+        table_head(("backend", "device", "largest batch", "peak mem (MiB)", "lr linear", "lr sqrt"))
+    )
     for backend in backends:
         res = find_batch_size(
             backend, workload=args.workloads[0], model=args.model, size=args.size,
@@ -150,22 +152,19 @@ def _find_batch_size(args: argparse.Namespace, backends: tuple[str, ...]) -> int
             base_batch_size=args.base_batch_size, limit=args.max_batch_size, device=args.device,
         )  # fmt: skip
         peak = max((t.peak_mem_mb or 0.0 for t in res.trials if t.fits), default=0.0)
-        print(
-            f"| {backend} | {res.device} | {res.batch_size} | {peak:.0f} "
-            f"| {res.lr_linear or 0:.3g} | {res.lr_sqrt or 0:.3g} |",
-            flush=True,
-        )
+        cells = (backend, res.device, res.batch_size, f"{peak:.0f}",
+                 f"{res.lr_linear or 0:.3g}", f"{res.lr_sqrt or 0:.3g}")  # fmt: skip
+        print(table_row(cells), flush=True)
         results.append(asdict(res))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        write_text(args.json, json.dumps(results, indent=2) + "\n")
     return 0 if all(r["batch_size"] for r in results) else 1
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``trcomp bench`` for parsed ``args``; 1 when any measurement failed."""
-    from trcomp.bench.harness import BenchOptions, default_backends, run_benchmark
-    from trcomp.bench.results import markdown_table, plot, write_json
+    from trcomp_bench.harness import BenchOptions, default_backends, run_benchmark
+    from trcomp_bench.results import markdown_table, plot, write_json, write_text
 
     backends = args.backends or default_backends()
     if args.find_batch_size:
@@ -193,14 +192,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(result.rows, args.json)
     if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(table)
+        write_text(args.markdown, table)
     if args.png and result.rows:
         plot(result.rows, args.png)
     return 1 if result.errors else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m trcomp.bench``; returns the exit code."""
+    """Entry point of ``python -m trcomp_bench``; returns the exit code."""
     args = build_parser().parse_args(None if argv is None else list(argv))
     return run(args)

@@ -1,6 +1,6 @@
 """The measurements of ``gpu_check``, each run in a child process (torch imported here).
 
-``python -m trcomp.bench.gpu_check_body <part> [--dry-run]`` prints one
+``python -m trcomp_bench.gpu_check_body <part> [--dry-run]`` prints one
 ``MARK`` line of JSON. Parts: ``engines`` (one GPU, every engine of
 :data:`ENGINES`), ``step-metric`` (a loop under trcomp's metrics hook, with a
 synchronized reference), ``ddp`` (a torchrun worker: NCCL, DDP overlap).
@@ -25,7 +25,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from trcomp.bench.gpu_runs import MARK
+from trcomp_bench.runs import MARK
 
 __all__ = ["ENGINES", "Engine", "main", "make_model"]
 
@@ -236,7 +236,7 @@ PARTS = {"engines": part_engines, "step-metric": part_step_metric, "ddp": part_d
 
 def main(argv: list[str] | None = None) -> int:
     """Run one part and print its result line."""
-    parser = argparse.ArgumentParser(prog="python -m trcomp.bench.gpu_check_body")
+    parser = argparse.ArgumentParser(prog="python -m trcomp_bench.gpu_check_body")
     parser.add_argument("part", choices=sorted(PARTS))
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--engines", default="")

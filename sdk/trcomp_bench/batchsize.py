@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from trcomp.bench.backends import backend_env
-from trcomp.bench.harness import RunFailed, Runner, run_measurement
-from trcomp.bench.worker import RunSpec
+from trcomp_bench.backends import backend_env
+from trcomp_bench.harness import RunFailed, Runner, run_measurement
+from trcomp_bench.worker import RunSpec
 
 __all__ = [
     "BatchSizeResult",

@@ -12,18 +12,18 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trcomp.bench.backends import backend_env, get_backend
-from trcomp.bench.results import Row
-from trcomp.bench.worker import RunSpec
-from trcomp.bench.workloads import get_workload
+from trcomp_bench.backends import backend_env, get_backend
+from trcomp_bench.results import Row
+from trcomp_bench.runs import run_capped
+from trcomp_bench.worker import RunSpec
+from trcomp_bench.workloads import get_workload
 
 __all__ = [
     "BenchOptions",
@@ -31,7 +31,6 @@ __all__ = [
     "RunFailed",
     "Runner",
     "default_backends",
-    "quick_options",
     "run_benchmark",
     "run_measurement",
 ]
@@ -104,8 +103,9 @@ def default_backends() -> tuple[str, ...]:
 
 
 def _child_env(base: Mapping[str, str]) -> dict[str, str]:
-    # The child must import this very trcomp and, for --model, the user's modules.
-    package_root = str(Path(__file__).resolve().parents[2])
+    # The child must import this very trcomp_bench (and the trcomp beside it in a
+    # checkout) and, for --model, the user's modules.
+    package_root = str(Path(__file__).resolve().parents[1])
     paths = [package_root, os.getcwd(), *filter(None, base.get("PYTHONPATH", "").split(os.pathsep))]
     env = dict(base)
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
@@ -116,24 +116,20 @@ def _child_env(base: Mapping[str, str]) -> dict[str, str]:
 def run_measurement(
     spec: RunSpec, env: Mapping[str, str], timeout_s: float = 900.0
 ) -> dict[str, Any]:
-    """Run ``spec`` in a fresh ``python -m trcomp.bench.worker``; raise :class:`RunFailed`."""
+    """Run ``spec`` in a fresh ``python -m trcomp_bench.worker``; raise :class:`RunFailed`."""
     with tempfile.TemporaryDirectory(prefix="trcomp-run-") as tmp:
         spec_path, out_path = Path(tmp, "spec.json"), Path(tmp, "out.json")
         spec_path.write_text(spec.to_json())
-        command = [sys.executable, "-m", "trcomp.bench.worker", str(spec_path), str(out_path)]
-        try:
-            proc = subprocess.run(
-                command, env=_child_env(env), stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE, text=True, timeout=timeout_s, check=False,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired:
-            raise RunFailed(f"timed out after {timeout_s:.0f} s", {"oom": False}) from None
+        command = [sys.executable, "-m", "trcomp_bench.worker", str(spec_path), str(out_path)]
+        done = run_capped(command, timeout_s, env=_child_env(env))
+        if done.timed_out:
+            raise RunFailed(f"timed out after {timeout_s:.0f} s", {"oom": False})
         result: dict[str, Any] = json.loads(out_path.read_text()) if out_path.exists() else {}
-    if proc.returncode == 0 and "error" not in result:
+    if done.returncode == 0 and "error" not in result:
         return result
-    if proc.returncode in (-9, 137):
+    if done.returncode in (-9, 137):
         result = {"error": "killed by signal 9, probably out of memory", "oom": True}
-    message = result.get("error") or f"exit {proc.returncode}: {proc.stderr.strip()[-800:]}"
+    message = result.get("error") or f"exit {done.returncode}: {done.stderr.strip()[-800:]}"
     raise RunFailed(message, result)
 
 
@@ -217,9 +213,3 @@ def run_benchmark(
             if f"{_label(spec)}/{spec.backend}" not in errors:
                 rows.append(_row(spec, results[spec], eager))
     return BenchResult(rows, errors)
-
-
-def quick_options(**changes: Any) -> BenchOptions:
-    """Small settings (tiny models, few steps): for tests and a first look."""
-    base = BenchOptions(size="tiny", steps=8, warmup=3, repeats=1)
-    return replace(base, **changes)

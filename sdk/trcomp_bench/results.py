@@ -1,13 +1,46 @@
-"""Benchmark results: the row, and its JSON, markdown and PNG forms."""
+"""Benchmark results: the markdown table writer every report uses, and the CPU row.
+
+:func:`table` and :func:`table_row` write every markdown table of the benchmark
+(the CPU rows, the GPU script's report, the launch overhead, the batch-size
+finder); :func:`write_text` writes every result file; :class:`Row` is one CPU
+measurement, with its JSON and PNG forms.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ROW_KEYS", "Row", "markdown_table", "plot", "read_json", "write_json"]
+__all__ = [
+    "ROW_KEYS",
+    "Row",
+    "markdown_table",
+    "plot",
+    "read_json",
+    "table",
+    "table_head",
+    "table_row",
+    "write_json",
+    "write_text",
+]
+
+
+def table_row(cells: Sequence[object]) -> str:
+    """One markdown table line: ``| a | b |``."""
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
+
+
+def table_head(header: Sequence[str]) -> str:
+    """The header line and the separator line of a markdown table (for row-by-row output)."""
+    return table_row(header) + "\n|" + "---|" * len(header)
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A GitHub markdown table, ending with a newline."""
+    return "\n".join([table_head(header), *(table_row(cells) for cells in rows)]) + "\n"
 
 
 @dataclass(frozen=True)
@@ -44,10 +77,17 @@ class Row:
 ROW_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Row))
 
 
+def write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically (a stopped run never leaves half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    partial.replace(path)
+
+
 def write_json(rows: list[Row], path: Path) -> None:
     """Write ``rows`` as a JSON list of objects with :data:`ROW_KEYS`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+    write_text(path, json.dumps([asdict(r) for r in rows], indent=2) + "\n")
 
 
 def read_json(path: Path) -> list[Row]:
@@ -64,22 +104,21 @@ def _num(value: float | None, fmt: str) -> str:
 
 
 def markdown_table(rows: list[Row]) -> str:
-    """A GitHub markdown table; "vs eager" is eager's step time over this row's (>1 is faster)."""
+    """The CPU rows as a table; "vs eager" is eager's step time over this row's (>1 is faster)."""
     eager = _eager_step(rows)
-    head = (
-        "| workload | backend | device | batch | first step cold (s) | first step warm (s) "
-        "| step (ms) | samples/s | vs eager | peak mem (MiB) | max loss diff |"
-    )
-    lines = [head, "|" + "---|" * 11]
+    header = (
+        "workload", "backend", "device", "batch", "first step cold (s)", "first step warm (s)",
+        "step (ms)", "samples/s", "vs eager", "peak mem (MiB)", "max loss diff",
+    )  # fmt: skip
+    cells = []
     for r in rows:
         ratio = eager[r.workload] / r.step_s if r.workload in eager else None
-        lines.append(
-            f"| {r.workload} | {r.backend} | {r.device} | {r.batch_size} "
-            f"| {r.first_step_cold_s:.2f} | {_num(r.first_step_warm_s, '.2f')} "
-            f"| {r.step_s * 1e3:.1f} | {r.samples_per_s:.0f} | {_num(ratio, '.2f')}x "
-            f"| {r.peak_mem_mb:.0f} | {_num(r.max_loss_diff, '.1e')} |"
-        )
-    return "\n".join(lines) + "\n"
+        cells.append((
+            r.workload, r.backend, r.device, r.batch_size, f"{r.first_step_cold_s:.2f}",
+            _num(r.first_step_warm_s, ".2f"), f"{r.step_s * 1e3:.1f}", f"{r.samples_per_s:.0f}",
+            f"{_num(ratio, '.2f')}x", f"{r.peak_mem_mb:.0f}", _num(r.max_loss_diff, ".1e"),
+        ))  # fmt: skip
+    return table(header, cells)
 
 
 def plot(

@@ -1,15 +1,18 @@
-"""What the GPU scripts share: capped child runs, results written as they come, versions.
+"""What every harness of the benchmark shares: capped child runs, results written as they come.
 
+Every measurement runs in its own process with a time cap (:func:`run_capped`):
+the CPU benchmark's workers, the GPU script's runs and the GPU check's bodies.
 The first run on a rented GPU must not lose its numbers to one slow compile,
-so ``gpu_h200`` and ``gpu_check`` run every measurement in its own process
-with a time cap (:func:`run_capped`), append each result to a JSON and a
-markdown file at once (:class:`ResultLog`), and record the torch, triton and
-CUDA versions and the GPU's name (:data:`VERSIONS_CODE`). Standard library
+so ``gpu_h200`` and ``gpu_check`` run their measurements through one loop
+(:func:`run_jobs`: each job capped inside an overall budget), append each result to a JSON and a
+markdown file at once (:class:`ResultLog`) and record the torch, triton
+and CUDA versions and the GPU's name (:data:`VERSIONS_CODE`). Standard library
 only: the parent never imports torch.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -20,14 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trcomp_bench.results import write_text
+
 __all__ = [
     "MARK",
     "VERSIONS_CODE",
     "CappedRun",
+    "Job",
     "ResultLog",
+    "add_job_arguments",
     "collect_versions",
     "marked_json",
     "run_capped",
+    "run_jobs",
 ]
 
 MARK = "TRCOMP_GPU_RESULT "
@@ -108,7 +116,11 @@ def run_capped(
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
 ) -> CappedRun:
-    """Run ``command`` for at most ``cap_s`` seconds, killing its whole process group after."""
+    """Run ``command`` for at most ``cap_s`` seconds, killing its whole process group after.
+
+    The group is killed too when the parent is interrupted (Ctrl-C), so no
+    compile worker outlives the run.
+    """
     start = time.monotonic()
     proc = subprocess.Popen(
         list(command),
@@ -126,6 +138,10 @@ def run_capped(
         os.killpg(proc.pid, 9)
         out, err = proc.communicate()
         code = None
+    except BaseException:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        raise
     return CappedRun(code, out or "", err or "", time.monotonic() - start)
 
 
@@ -155,13 +171,74 @@ class ResultLog:
 
     def write(self) -> None:
         """Rewrite the JSON and markdown files from what the log holds."""
-        self.stem.parent.mkdir(parents=True, exist_ok=True)
         body = {"meta": self.meta, "results": self.entries}
-        self._replace(self.stem.with_suffix(".json"), json.dumps(body, indent=2, default=str))
-        self._replace(self.stem.with_suffix(".md"), self.render(self))
+        write_text(self.stem.with_suffix(".json"), json.dumps(body, indent=2, default=str) + "\n")
+        write_text(self.stem.with_suffix(".md"), self.render(self) + "\n")
 
-    @staticmethod
-    def _replace(path: Path, text: str) -> None:
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(text + "\n")
-        partial.replace(path)
+
+@dataclass(frozen=True)
+class Job:
+    """One capped run of a harness.
+
+    ``keys`` name its log entry (``{"model": ..., "backend": ...}``); ``run(cap_s)``
+    returns the rest of the entry, ``status`` first ("ok..." or "skipped..."
+    when nothing failed).
+    """
+
+    name: str
+    keys: Mapping[str, Any]
+    cap_s: float
+    run: Callable[[float], dict[str, Any]]
+
+
+def run_jobs(
+    jobs: Sequence[Job],
+    log: ResultLog,
+    *,
+    deadline: float,
+    min_cap_s: float,
+    skipped: str,
+    tag: str,
+) -> bool:
+    """Run ``jobs`` in order, each capped by its own limit and the time left before ``deadline``.
+
+    A job whose cap would be under ``min_cap_s`` is logged with status ``skipped``;
+    a job that raises is logged as an error. Every entry is written at once.
+    Returns True when any job failed or was skipped for want of time.
+    """
+    failed = False
+    for job in jobs:
+        cap = min(job.cap_s, deadline - time.monotonic())
+        if cap < min_cap_s:
+            log.add({**job.keys, "status": skipped})
+            failed = True
+            continue
+        print(f"[{tag}] {job.name} (cap {cap:.0f} s) ...", file=sys.stderr, flush=True)
+        start = time.monotonic()
+        try:
+            result = job.run(cap)
+        except Exception as exc:  # a broken job is a result too
+            result = {"status": f"error: {type(exc).__name__}: {exc}"}
+        result.setdefault("seconds", round(time.monotonic() - start, 1))
+        log.add({**job.keys, **result})
+        status = str(result.get("status", ""))
+        failed |= not status.startswith(("ok", "skipped"))
+        print(f"[{tag}] {job.name}: {status[:200]}", file=sys.stderr, flush=True)
+    return failed
+
+
+def add_job_arguments(
+    parser: argparse.ArgumentParser, *, out: str, out_help: str, budget_s: float
+) -> None:
+    """The options both budgeted commands share: --out, --budget-s, --steps, --dry-run."""
+    parser.add_argument("--out", default=out, help=out_help)
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=budget_s,
+        help="whole-run limit; later runs skip once spent (default: %(default)s)",
+    )
+    parser.add_argument("--steps", type=int, default=20, help="timed steps (default: 20)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="tiny models on CPU: checks the script, not the GPU"
+    )
