@@ -81,7 +81,7 @@ def test_failed_job_raises_with_reason_and_keeps_model(project: Path, role: str)
 
 def test_plan_sets_the_same_tree_and_entrypoint(project: Path, role: str) -> None:
     est = estimator(project, role, hyperparameters={"greeting": "x"})
-    job, tree = plan_process_job(est, {"train": f"file://{project / 'data'}"}, "job-1")
+    job, tree = plan_process_job(est.job_spec(), est, {"train": f"file://{project / 'data'}"}, "job-1")
     assert job.env["SAGEMAKER_TRAINING_MODULE"] == "trcomp_container.training:main"
     assert job.env["SAGEMAKER_BASE_DIR"] == str(job.base_dir)
     assert tree["hyperparameters"]["greeting"] == '"x"'
@@ -179,7 +179,7 @@ def test_host_compiler_variables_do_not_leak_into_the_job(project, role, monkeyp
         monkeypatch.setenv(name, "3")
     monkeypatch.setenv("RANKING_FILE", "kept")
     est = estimator(project, role, environment={"XLA_FLAGS": "--xla_cpu_x=1"})
-    job, _ = plan_process_job(est, None, "job-2")
+    job, _ = plan_process_job(est.job_spec(), est, None, "job-2")
     assert "TORCHINDUCTOR_CACHE_DIR" not in job.env and "SM_MODEL_DIR" not in job.env
     assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_RUN_ID"} & set(
         job.env
