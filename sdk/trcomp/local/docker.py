@@ -75,6 +75,7 @@ __all__ = [
     "JOB_LABEL",
     "compose_command",
     "docker_job",
+    "docker_view",
     "failure_reason",
     "preflight",
     "shm_size",
@@ -314,20 +315,29 @@ def docker_job(
     with checkpoint_mount(spec) as checkpoints:
         preflight(image_uri, spec.instance_type)
         name, output_path = _job_output(spec, checks, new_name)
-        environment = {GIVE_BACK_INPUTS_ENV: "1"}
-        if checkpoints is not None:
-            # summary.json names the cache where the user keeps it.
-            environment.update(checkpoint_environment(spec.checkpoint_local_path, checkpoints))
-        view = SdkView(
-            checkpoint_s3_uri=None,  # the SDK refuses both in local mode: mounted instead
-            checkpoint_local_path=None,
-            output_path=output_path,
-            extra_environment=environment,
-        )
         with _compose_job(spec, estimator, image_uri, name, output_path) as dirs:
             if checkpoints is not None:
                 dirs.append(checkpoints)
-            yield name, view
+            yield name, docker_view(spec, checkpoints, output_path)
+
+
+def docker_view(spec: JobSpec, checkpoints: Path | None, output_path: Any) -> SdkView:
+    """What the SDK's local-mode ``fit()`` reads for one job.
+
+    No checkpoint settings (local mode refuses them; ``checkpoints``, the host dir,
+    is mounted instead), the job's own ``output_path``, and the environment that
+    gives files back and tells the container where its checkpoints are (summary.json
+    names the cache where the user keeps it).
+    """
+    environment = {GIVE_BACK_INPUTS_ENV: "1"}
+    if checkpoints is not None:
+        environment.update(checkpoint_environment(spec.checkpoint_local_path, checkpoints))
+    return SdkView(
+        checkpoint_s3_uri=None,
+        checkpoint_local_path=None,
+        output_path=output_path,
+        extra_environment=environment,
+    )
 
 
 def _job_output(
