@@ -192,19 +192,28 @@ class _CompilerMixin:
 
     @contextlib.contextmanager
     def _trcomp_sdk_sees(self, view: SdkView) -> Iterator[None]:
-        """Give the SDK's ``fit()`` the job's values; put the user's back afterwards."""
-        names = ("checkpoint_s3_uri", "checkpoint_local_path", "output_path", "environment")
-        saved = {name: getattr(self, name, None) for name in names}
-        self.checkpoint_s3_uri = view.checkpoint_s3_uri
-        self.checkpoint_local_path = view.checkpoint_local_path
-        self.output_path = view.output_path
+        """Give the SDK's ``fit()`` the job's values; put the user's back afterwards.
+
+        Only what trcomp changes is put back: what the SDK's ``fit()`` fills in
+        itself (a default ``output_path``, ``base_job_name``) stays, as without trcomp.
+        """
+        environment = getattr(self, "environment", None)
+        wanted: dict[str, Any] = {
+            "checkpoint_s3_uri": view.checkpoint_s3_uri,
+            "checkpoint_local_path": view.checkpoint_local_path,
+            "output_path": view.output_path,
+        }
         if view.extra_environment:
-            self.environment = {**(saved["environment"] or {}), **view.extra_environment}
+            wanted["environment"] = {**(environment or {}), **view.extra_environment}
+        saved = {name: getattr(self, name, None) for name in wanted}
+        changed = [name for name, value in wanted.items() if value is not saved[name]]
+        for name in changed:
+            setattr(self, name, wanted[name])
         try:
             yield
         finally:
-            for name, value in saved.items():
-                setattr(self, name, value)
+            for name in changed:
+                setattr(self, name, saved[name])
 
     # -- image ----------------------------------------------------------------
 

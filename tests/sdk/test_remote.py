@@ -156,12 +156,12 @@ def _assert_job(
 def _user_attributes(estimator: Any) -> dict[str, Any]:
     """What the user set on an estimator; trcomp's fit() leaves every one of them as it was.
 
-    (Not ``base_job_name``: the SDK's own ``fit()`` fills it in from the image name.)
+    (Not ``base_job_name`` nor an unset ``output_path``: the SDK's own ``fit()`` fills
+    them in, the job name's prefix and the default bucket, with or without trcomp.)
     """
     names = (
         "checkpoint_s3_uri",
         "checkpoint_local_path",
-        "output_path",
         "environment",
         "distribution",
         "compiler_config",
