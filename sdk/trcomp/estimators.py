@@ -15,9 +15,7 @@ estimator's attributes as they were.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from trcomp.session import quiet_sagemaker
@@ -49,7 +47,7 @@ from trcomp.image.uris import (  # noqa: E402
     versions_from_image,
 )
 from trcomp.instances import DOCKER_LOCAL_MODES, PROCESS_MODE  # noqa: E402
-from trcomp.jobspec import JobSpec, SdkView  # noqa: E402
+from trcomp.jobspec import JobSpec  # noqa: E402
 from trcomp.metrics import metric_definitions  # noqa: E402
 from trcomp.validation import enabled_distributions, validate_job  # noqa: E402
 
@@ -189,31 +187,6 @@ class _CompilerMixin:
         ``checkpoint_s3_uri`` included); None before the first."""
         spec: JobSpec | None = self.__dict__.get("_trcomp_latest_spec")
         return spec
-
-    @contextlib.contextmanager
-    def _trcomp_sdk_sees(self, view: SdkView) -> Iterator[None]:
-        """Give the SDK's ``fit()`` the job's values; put the user's back afterwards.
-
-        Only what trcomp changes is put back: what the SDK's ``fit()`` fills in
-        itself (a default ``output_path``, ``base_job_name``) stays, as without trcomp.
-        """
-        environment = getattr(self, "environment", None)
-        wanted: dict[str, Any] = {
-            "checkpoint_s3_uri": view.checkpoint_s3_uri,
-            "checkpoint_local_path": view.checkpoint_local_path,
-            "output_path": view.output_path,
-        }
-        if view.extra_environment:
-            wanted["environment"] = {**(environment or {}), **view.extra_environment}
-        saved = {name: getattr(self, name, None) for name in wanted}
-        changed = [name for name, value in wanted.items() if value is not saved[name]]
-        for name in changed:
-            setattr(self, name, wanted[name])
-        try:
-            yield
-        finally:
-            for name in changed:
-                setattr(self, name, saved[name])
 
     # -- image ----------------------------------------------------------------
 
@@ -361,7 +334,7 @@ class _CompilerMixin:
 
             with (
                 docker_job(spec, estimator, inputs, job_name) as (name, view),
-                self._trcomp_sdk_sees(view),
+                view.given_to(estimator),
             ):
                 return parent_fit(inputs, wait=wait, logs=logs, job_name=name, **kwargs)
         from trcomp.remote import describe_job, prepare_remote_job, remote_errors, remote_view
@@ -370,7 +343,7 @@ class _CompilerMixin:
             # Refuses leaked credentials; the default checkpoint_s3_uri.
             submitted = prepare_remote_job(spec, estimator)
             self.__dict__["_trcomp_latest_spec"] = submitted
-            with self._trcomp_sdk_sees(remote_view(submitted)):
+            with remote_view(submitted).given_to(estimator):
                 return parent_fit(inputs, wait=wait, logs=logs, job_name=job_name, **kwargs)
 
 

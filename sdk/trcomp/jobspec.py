@@ -11,7 +11,8 @@ estimator, and it reads only the SDK's public attributes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -146,13 +147,38 @@ class SdkView:
 
     The SDK builds its request (or its local-mode containers) from the estimator's
     attributes, so the Docker and SageMaker run modes hand these values to it for
-    the duration of one ``fit()``; the estimator puts its own back afterwards.
+    the duration of one ``fit()`` (:meth:`given_to`), and the user's come back after.
     """
 
     checkpoint_s3_uri: Any
     checkpoint_local_path: Any
     output_path: Any
     extra_environment: Mapping[str, str] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def given_to(self, estimator: EstimatorBase) -> Iterator[None]:
+        """Set these public SDK attributes for one ``fit()``; put the user's back afterwards.
+
+        Only what this view changes is put back: what the SDK's ``fit()`` fills in
+        itself (a default ``output_path``, ``base_job_name``) stays, as without trcomp.
+        """
+        environment = getattr(estimator, "environment", None)
+        wanted: dict[str, Any] = {
+            "checkpoint_s3_uri": self.checkpoint_s3_uri,
+            "checkpoint_local_path": self.checkpoint_local_path,
+            "output_path": self.output_path,
+        }
+        if self.extra_environment:
+            wanted["environment"] = {**(environment or {}), **self.extra_environment}
+        saved = {name: getattr(estimator, name, None) for name in wanted}
+        changed = [name for name, value in wanted.items() if value is not saved[name]]
+        for name in changed:
+            setattr(estimator, name, wanted[name])
+        try:
+            yield
+        finally:
+            for name in changed:
+                setattr(estimator, name, saved[name])
 
 
 def job_spec_of(estimator: EstimatorBase) -> JobSpec:
