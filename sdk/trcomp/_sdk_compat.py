@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sagemaker.estimator import EstimatorBase
 
 __all__ = [
     "SDK_HOOKS",
@@ -34,21 +37,21 @@ SDK_HOOKS = ("_to_hyperparameter_dict", "_prepare_init_params_from_job_descripti
 """Private SDK methods trcomp's classes provide because the SDK calls them."""
 
 
-def current_job_name(estimator: Any) -> str | None:
+def current_job_name(estimator: EstimatorBase) -> str | None:
     """The name of the estimator's latest job (``EstimatorBase._current_job_name``)."""
     name = getattr(estimator, "_current_job_name", None)
     return str(name) if name else None
 
 
-def set_current_job_name(estimator: Any, name: str) -> None:
+def set_current_job_name(estimator: EstimatorBase, name: str) -> None:
     """Record a job that ran outside the SDK (process mode) as the estimator's latest.
 
     The SDK's ``model_data`` and ``create_model()`` read ``_current_job_name``.
     """
-    estimator._current_job_name = name
+    estimator._current_job_name = name  # type: ignore[assignment]  # the SDK annotates it None
 
 
-def new_job_name(estimator: Any, requested: str | None = None) -> str:
+def new_job_name(estimator: EstimatorBase, requested: str | None = None) -> str:
     """A job name as ``fit()`` makes one (``EstimatorBase._get_or_create_name``)."""
     return str(estimator._get_or_create_name(requested))
 

@@ -4,22 +4,24 @@ SageMaker syncs ``checkpoint_local_path`` (default ``/opt/ml/checkpoints``) with
 ``checkpoint_s3_uri``. The container keeps its compile caches under the
 checkpoint directory, so when a user picks another ``checkpoint_local_path``
 the caches must follow it, or they are never synced and every job compiles
-cold. The estimators pass the path as ``TRCOMP_CHECKPOINT_DIR`` in the job's
-environment; the entrypoint reads it (``trcomp_container.job``).
+cold. Every run mode (SageMaker, Docker local mode, process mode, and v3's
+ModelTrainer) adds :func:`checkpoint_environment` to the job's environment: the
+path as ``TRCOMP_CHECKPOINT_DIR`` (read by ``trcomp_container.job``) and, for a
+checkpoint directory on this machine, its ``file://`` URI as ``TRCOMP_CHECKPOINT_URI``.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 __all__ = [
     "CHECKPOINT_DIR_ENV",
     "CHECKPOINT_PREFIX",
     "CHECKPOINT_URI_ENV",
+    "checkpoint_environment",
     "default_checkpoint_location",
-    "export_checkpoint_path",
 ]
 
 CHECKPOINT_PREFIX = "trcomp-checkpoints"
@@ -36,19 +38,19 @@ mount point, which means nothing once the job is over.
 """
 
 
-def export_checkpoint_path(estimator: Any) -> None:
-    """Add ``TRCOMP_CHECKPOINT_DIR`` to the job's environment when the user set a path.
+def checkpoint_environment(container_dir: Any, host_dir: Path | None = None) -> dict[str, str]:
+    """The variables that tell the job's container where its checkpoints are.
 
-    Nothing changes when ``checkpoint_local_path`` is unset: the container then
-    uses SageMaker's default, ``/opt/ml/checkpoints``.
+    ``container_dir`` is the user's ``checkpoint_local_path`` (None: the container
+    uses SageMaker's default, ``/opt/ml/checkpoints``, and no variable is set);
+    ``host_dir`` is the checkpoint directory on this machine, for local jobs.
     """
-    path = getattr(estimator, "checkpoint_local_path", None)
-    if not path:
-        return
-    estimator.environment = {
-        **(getattr(estimator, "environment", None) or {}),
-        CHECKPOINT_DIR_ENV: str(path),
-    }
+    environment: dict[str, str] = {}
+    if container_dir:
+        environment[CHECKPOINT_DIR_ENV] = str(container_dir)
+    if host_dir is not None:
+        environment[CHECKPOINT_URI_ENV] = host_dir.as_uri()
+    return environment
 
 
 def _key_part(text: str) -> str:

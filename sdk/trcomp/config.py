@@ -278,9 +278,10 @@ class TrainingCompilerConfig(BaseModel):
 
         Returns the warnings it issued (also sent through :mod:`warnings`).
         """
+        from trcomp.jobspec import job_spec_of
         from trcomp.validation import validate_job
 
-        return validate_job(self, estimator)
+        return validate_job(self, job_spec_of(estimator))
 
     @classmethod
     def validate(cls, estimator: EstimatorBase) -> None:  # type: ignore[override]

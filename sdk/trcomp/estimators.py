@@ -5,12 +5,18 @@ validated in the constructor (nothing is uploaded before that), its
 hyperparameters and metric definitions are merged into the job, and the image
 defaults to trcomp's. ``instance_type="local_process"`` runs the job on this
 machine without Docker (see docs/local-mode.md).
+
+Each estimator describes itself as one :class:`~trcomp.jobspec.JobSpec`
+(:meth:`job_spec`) when a job is prepared: in the constructor for the compiler
+checks, and at every ``fit()`` for the run mode (process, Docker local mode,
+SageMaker), which reads the spec, not the estimator. ``fit()`` leaves the
+estimator's attributes as they were.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from trcomp.session import quiet_sagemaker
 
@@ -41,8 +47,14 @@ from trcomp.image.uris import (  # noqa: E402
     versions_from_image,
 )
 from trcomp.instances import DOCKER_LOCAL_MODES, PROCESS_MODE  # noqa: E402
+from trcomp.jobspec import JobSpec  # noqa: E402
 from trcomp.metrics import metric_definitions  # noqa: E402
-from trcomp.validation import enabled_distributions  # noqa: E402
+from trcomp.validation import enabled_distributions, validate_job  # noqa: E402
+
+if TYPE_CHECKING:
+    from sagemaker.estimator import EstimatorBase
+
+    from trcomp.local.process import ProcessJob
 
 __all__ = ["PROCESS_MODE", "Estimator", "HuggingFace", "PyTorch", "as_trcomp_config"]
 
@@ -74,16 +86,16 @@ def as_trcomp_config(config: Any) -> TrainingCompilerConfig | None:
     )
 
 
-def _warn_single_process(
-    instance_type: str | None, distribution: dict[str, Any], config: TrainingCompilerConfig | None
-) -> None:
+def _warn_single_process(spec: JobSpec) -> None:
     """Warn when a multi-GPU instance would run one process (one GPU) for lack of a distribution.
 
     The jax engine is the exception: its one process drives every GPU of the host.
     """
+    instance_type = spec.instance_type
     gpus = gpu_count(instance_type)
-    if gpus is None or gpus < 2 or enabled_distributions(distribution):
+    if gpus is None or gpus < 2 or enabled_distributions(spec.distribution):
         return
+    config = spec.compiler_config
     jax_engine = config is not None and config.enabled and config.backend == "xla"
     if jax_engine and config is not None and config.engine_for(nvidia_gpu=True) == "jax":
         return
@@ -144,15 +156,37 @@ class _CompilerMixin:
         # The SDK rewrites pytorchddp to smdistributed and refuses pytorchxla without
         # its own config class; we keep the user's choice and launch it ourselves.
         self.distribution = dict(distribution or {})
-        if self._trcomp_config is not None:
-            self._trcomp_config.validate_for(self)  # type: ignore[arg-type]
-        _warn_single_process(
-            getattr(self, "instance_type", None), self.distribution, self._trcomp_config
-        )
         # Our config has the same _to_hyperparameter_dict() as the AWS one, so the
-        # SDK's Framework.hyperparameters() merges it as it merges theirs;
-        # hyperparameters() below merges it too, for the plain Estimator.
+        # SDK's Framework.hyperparameters() writes its hyperparameters as it writes
+        # theirs; the plain Estimator writes them itself (_trcomp_compiler_hyperparameters).
         self.compiler_config = self._trcomp_config
+        spec = self.job_spec()
+        if self._trcomp_config is not None:
+            validate_job(self._trcomp_config, spec)
+        _warn_single_process(spec)
+
+    # -- the job spec -----------------------------------------------------------------
+
+    def job_spec(self) -> JobSpec:
+        """This estimator's job as trcomp's checks and run modes read it (no network call).
+
+        Built from the estimator's current attributes; trcomp's default SageMaker
+        image is left out (``image_uri=None``) until it is resolved at ``fit()``.
+        """
+        image = self.__dict__.get("_trcomp_image")
+        return JobSpec.from_estimator(
+            cast("EstimatorBase", self),
+            compiler_config=self._trcomp_config,
+            image_uri=None if image == DEFERRED_IMAGE else image,
+            image_is_default=self._trcomp_image_is_default,
+        )
+
+    @property
+    def latest_job_spec(self) -> JobSpec | None:
+        """The spec of the latest ``fit()``, as submitted (trcomp's default
+        ``checkpoint_s3_uri`` included); None before the first."""
+        spec: JobSpec | None = self.__dict__.get("_trcomp_latest_spec")
+        return spec
 
     # -- image ----------------------------------------------------------------
 
@@ -201,7 +235,7 @@ class _CompilerMixin:
 
             image = self.__dict__.get("_trcomp_image")
             shown = "trcomp's training image" if image == DEFERRED_IMAGE else str(image)
-            check_inference_image(self, self._trcomp_framework, shown)
+            check_inference_image(cast("EstimatorBase", self), self._trcomp_framework, shown)
             kwargs["image_uri"] = None
         return super().create_model(*args, **kwargs)  # type: ignore[misc]
 
@@ -237,10 +271,23 @@ class _CompilerMixin:
                 getattr(self, "distribution", None), getattr(self, "instance_type", None)
             )
         )
+        encoded.update(self._trcomp_compiler_hyperparameters())
         if self._trcomp_config is not None:
-            encoded.update(self._trcomp_config.to_hyperparameters())
+            compiler_keys = (ENABLED_KEY, DEBUG_KEY, CONFIG_KEY)
+            compiler = {key: encoded[key] for key in compiler_keys if key in encoded}
+            check_limits(compiler, what="the compiler config")
         check_limits(encoded)
         return encoded
+
+    def _trcomp_compiler_hyperparameters(self) -> dict[str, str]:
+        """The compiler hyperparameters this class writes itself.
+
+        None: the SDK's framework estimators write them from ``compiler_config``.
+        """
+        return {}
+
+    def _trcomp_record_process_job(self, job: ProcessJob) -> None:
+        self.__dict__["_trcomp_process_job"] = job
 
     @property
     def model_data(self) -> Any:
@@ -260,23 +307,44 @@ class _CompilerMixin:
         job_name: str | None = None,
         **kwargs: Any,
     ) -> Any:
-        """Run the job: SageMaker, Docker local mode, or process mode (``local_process``)."""
-        instance_type = getattr(self, "instance_type", None)
-        if instance_type == PROCESS_MODE:
+        """Run the job: SageMaker, Docker local mode, or process mode (``local_process``).
+
+        The run mode reads this estimator's :meth:`job_spec`; the estimator's
+        attributes are the same after ``fit()`` as before.
+        """
+        spec = self.job_spec()
+        self.__dict__["_trcomp_latest_spec"] = spec
+        # Every subclass is an SDK EstimatorBase; mypy sees the mixin alone.
+        estimator = cast("EstimatorBase", self)
+        if spec.instance_type == PROCESS_MODE:
             from trcomp.local.process import run_process_job
 
-            return run_process_job(self, inputs, job_name=job_name, logs=logs, wait=wait)
+            return run_process_job(
+                spec,
+                estimator,
+                inputs,
+                job_name=job_name,
+                logs=logs,
+                wait=wait,
+                on_packed=self._trcomp_record_process_job,
+            )
         parent_fit = super().fit  # type: ignore[misc]
-        if instance_type in DOCKER_LOCAL_MODES:
+        if spec.instance_type in DOCKER_LOCAL_MODES:
             from trcomp.local.docker import docker_job
 
-            with docker_job(self, inputs, job_name) as name:
+            with (
+                docker_job(spec, estimator, inputs, job_name) as (name, view),
+                view.given_to(estimator),
+            ):
                 return parent_fit(inputs, wait=wait, logs=logs, job_name=name, **kwargs)
-        from trcomp.remote import prepare_remote_job, remote_errors
+        from trcomp.remote import describe_job, prepare_remote_job, remote_errors, remote_view
 
-        with remote_errors(self):
-            prepare_remote_job(self)  # refuses leaked credentials; default checkpoint_s3_uri
-            return parent_fit(inputs, wait=wait, logs=logs, job_name=job_name, **kwargs)
+        with remote_errors(lambda: describe_job(self.job_spec(), estimator)):
+            # Refuses leaked credentials; the default checkpoint_s3_uri.
+            submitted = prepare_remote_job(spec, estimator)
+            self.__dict__["_trcomp_latest_spec"] = submitted
+            with remote_view(submitted).given_to(estimator):
+                return parent_fit(inputs, wait=wait, logs=logs, job_name=job_name, **kwargs)
 
 
 class PyTorch(_CompilerMixin, sagemaker.pytorch.PyTorch):  # type: ignore[misc]
@@ -409,3 +477,7 @@ class Estimator(_CompilerMixin, sagemaker.estimator.Estimator):  # type: ignore[
         image = self._trcomp_prepare(compiler_config, image_uri, kwargs)
         super().__init__(image_uri=image, **kwargs)
         self._trcomp_finish(distribution)
+
+    def _trcomp_compiler_hyperparameters(self) -> dict[str, str]:
+        # The SDK's plain Estimator knows no compiler_config: this is its one writer.
+        return {} if self._trcomp_config is None else self._trcomp_config.to_hyperparameters()

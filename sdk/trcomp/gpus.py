@@ -73,10 +73,13 @@ def single_process_warning(instance_type: str | None, gpus: int) -> str:
 
 
 def _library_dirs() -> tuple[str, ...]:
+    # The SageMaker SDK (v3's sagemaker is a namespace package: no __file__, several
+    # paths) and pydantic, which calls v3 ModelTrainer's checks from its __init__.
     dirs = [_TRCOMP_DIR]
-    sagemaker = sys.modules.get("sagemaker")
-    if sagemaker is not None and getattr(sagemaker, "__file__", None):
-        dirs.append(str(Path(str(sagemaker.__file__)).resolve().parent))
+    for name in ("sagemaker", "pydantic"):
+        module = sys.modules.get(name)
+        if module is not None:
+            dirs.extend(str(Path(path).resolve()) for path in getattr(module, "__path__", []))
     return tuple(directory + os.sep for directory in dirs)
 
 

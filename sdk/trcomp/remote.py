@@ -8,8 +8,10 @@ Three things happen between ``estimator.fit()`` and SageMaker's CreateTrainingJo
   ``~/.aws/config``); the SDK always calls the public regional STS endpoint,
   which breaks VPC endpoints without internet, emulators and test doubles.
 - :func:`prepare_remote_job` refuses a job whose hyperparameters or environment
-  carry the caller's AWS credentials, and defaults ``checkpoint_s3_uri`` when
-  the compiler cache is on (see docs/remote.md, :func:`default_checkpoint_uri`).
+  carry the caller's AWS credentials, and completes the job's spec with the
+  default checkpoint location when the compiler cache is on (see docs/remote.md,
+  :func:`default_checkpoint_uri`); :func:`remote_view` is what the SDK's
+  ``fit()`` then reads (the estimator's own attributes are left as they are).
 - :func:`remote_errors` re-raises AWS errors unchanged in type (``ClientError``
   and friends), with what trcomp knows about the job added as a note.
 """
@@ -18,19 +20,22 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from trcomp.checkpoints import (
     CHECKPOINT_PREFIX,
+    checkpoint_environment,
     default_checkpoint_location,
-    export_checkpoint_path,
 )
 from trcomp.errors import TrcompError
-from trcomp.image.uris import DEFERRED_IMAGE
+from trcomp.jobspec import JobSpec, SdkView
 from trcomp.session import quiet_sagemaker
+
+if TYPE_CHECKING:
+    from sagemaker.estimator import EstimatorBase
 
 quiet_sagemaker()
 
@@ -48,6 +53,7 @@ __all__ = [
     "prepare_remote_job",
     "remote_errors",
     "remote_session",
+    "remote_view",
     "sts_client",
 ]
 
@@ -108,7 +114,7 @@ def remote_session(boto_session: Any = None, **kwargs: Any) -> RemoteSession:
 # -- what a job gets -----------------------------------------------------------------
 
 
-def default_checkpoint_uri(estimator: Any) -> str | None:
+def default_checkpoint_uri(spec: JobSpec, session: sagemaker.Session) -> str | None:
     """Where a job's ``/opt/ml/checkpoints`` (and so its compile cache) is kept in S3.
 
     ``None`` when the compiler or its cache is off, or the user set
@@ -117,17 +123,16 @@ def default_checkpoint_uri(estimator: Any) -> str | None:
     of the same script, so the next job starts with a warm cache.
     Calls S3 and STS (the default bucket), so it runs at ``fit()``, never earlier.
     """
-    config = getattr(estimator, "_trcomp_config", None)
+    config = spec.compiler_config
     if config is None or not config.enabled or not config.cache:
         return None
-    if getattr(estimator, "checkpoint_s3_uri", None):
+    if spec.checkpoint_s3_uri:
         return None
-    session = estimator.sagemaker_session
     return default_checkpoint_location(
         session.default_bucket(),
         getattr(session, "default_bucket_prefix", None),
-        getattr(estimator, "base_job_name", None),
-        getattr(estimator, "entry_point", None),
+        spec.base_job_name,
+        spec.entry_point,
     )
 
 
@@ -166,23 +171,31 @@ def check_no_credentials(
                 )
 
 
-def prepare_remote_job(estimator: Any) -> None:
-    """Check and complete an estimator before it is submitted to SageMaker.
+def prepare_remote_job(spec: JobSpec, estimator: EstimatorBase) -> JobSpec:
+    """Check a job before it is submitted to SageMaker; return its spec as submitted.
 
     Refuses credentials in hyperparameters and environment, then sets the default
-    ``checkpoint_s3_uri`` (:func:`default_checkpoint_uri`) when the cache is on, and
-    tells the container about a custom ``checkpoint_local_path``.
+    ``checkpoint_s3_uri`` (:func:`default_checkpoint_uri`) in the returned spec
+    when the cache is on. ``estimator`` gives its hyperparameters and session.
     """
-    check_no_credentials(
-        estimator.hyperparameters(),
-        getattr(estimator, "environment", None) or {},
-        _credential_values(estimator.sagemaker_session),
+    session = estimator.sagemaker_session
+    check_no_credentials(estimator.hyperparameters(), spec.environment, _credential_values(session))
+    uri = default_checkpoint_uri(spec, session)
+    if uri is None:
+        return spec
+    logger.info("trcomp: compile cache kept at checkpoint_s3_uri=%s", uri)
+    return spec.model_copy(update={"checkpoint_s3_uri": uri})
+
+
+def remote_view(spec: JobSpec) -> SdkView:
+    """What the SDK's ``fit()`` reads for a submitted job: its checkpoint location, and
+    ``TRCOMP_CHECKPOINT_DIR`` for a custom ``checkpoint_local_path``."""
+    return SdkView(
+        checkpoint_s3_uri=spec.checkpoint_s3_uri,
+        checkpoint_local_path=spec.checkpoint_local_path,
+        output_path=spec.output_path,
+        extra_environment=checkpoint_environment(spec.checkpoint_local_path),
     )
-    uri = default_checkpoint_uri(estimator)
-    if uri is not None:
-        logger.info("trcomp: compile cache kept at checkpoint_s3_uri=%s", uri)
-        estimator.checkpoint_s3_uri = uri
-    export_checkpoint_path(estimator)
 
 
 # -- errors --------------------------------------------------------------------------
@@ -250,16 +263,13 @@ def _hint(code: str, message: str, operation: str) -> str:
     return _HINTS.get(code, "see the AWS error above")
 
 
-def describe_job(estimator: Any) -> str:
+def describe_job(spec: JobSpec, estimator: EstimatorBase) -> str:
     """One line naming the job being submitted: class, instances, role, image, region."""
     session = getattr(estimator, "sagemaker_session", None)
     region = getattr(session, "boto_region_name", None) or "?"
-    count = getattr(estimator, "instance_count", None) or 1
-    image = estimator.__dict__.get("_trcomp_image")
-    if not image or image == DEFERRED_IMAGE:
-        image = "trcomp's (not resolved yet)"
+    image = spec.image_uri or "trcomp's (not resolved yet)"
     return (
-        f"{type(estimator).__name__} job on {count} x {getattr(estimator, 'instance_type', '?')} "
+        f"{type(estimator).__name__} job on {spec.instance_count} x {spec.instance_type or '?'} "
         f"in {region}, role {getattr(estimator, 'role', '?')}, image {image}"
     )
 
@@ -272,8 +282,11 @@ def _add_note(exc: BaseException, note: str) -> None:
 
 
 @contextmanager
-def remote_errors(estimator: Any) -> Iterator[None]:
-    """Re-raise AWS errors unchanged in type, with the job and the next step added as a note."""
+def remote_errors(describe: Callable[[], str]) -> Iterator[None]:
+    """Re-raise AWS errors unchanged in type, with the job and the next step added as a note.
+
+    ``describe`` names the job (:func:`describe_job`); it is called once an error came.
+    """
     from boto3.exceptions import S3UploadFailedError
     from botocore.exceptions import ClientError, NoCredentialsError, NoRegionError
 
@@ -286,7 +299,7 @@ def remote_errors(estimator: Any) -> Iterator[None]:
         _add_note(
             exc,
             f"trcomp: {exc.operation_name} failed with {code} (HTTP {status or '?'}) while "
-            f"submitting {describe_job(estimator)}: "
+            f"submitting {describe()}: "
             f"{_hint(code, str(error.get('Message', '')), exc.operation_name)}",
         )
         raise
@@ -295,7 +308,7 @@ def remote_errors(estimator: Any) -> Iterator[None]:
         _add_note(
             exc,
             f"trcomp: uploading the source directory to S3 failed while submitting "
-            f"{describe_job(estimator)}: {_hint(code, str(exc), 'PutObject')}",
+            f"{describe()}: {_hint(code, str(exc), 'PutObject')}",
         )
         raise
     except (NoCredentialsError, NoRegionError) as exc:

@@ -10,7 +10,7 @@ before anything is created, saying which argument to pass.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trcomp.errors import UnsupportedJobError
 from trcomp.session import quiet_sagemaker
@@ -19,6 +19,9 @@ quiet_sagemaker()
 
 import sagemaker  # noqa: E402
 from sagemaker import image_uris  # noqa: E402
+
+if TYPE_CHECKING:
+    from sagemaker.estimator import EstimatorBase
 
 __all__ = ["check_inference_image"]
 
@@ -30,7 +33,7 @@ _HOW = (
 )
 
 
-def _instance_type(estimator: Any) -> str:
+def _instance_type(estimator: EstimatorBase) -> str:
     # The SDK picks the cpu or gpu flavour from an instance type; any real one will do to
     # learn whether an image exists for these versions at all.
     instance_type = getattr(estimator, "instance_type", None)
@@ -39,7 +42,7 @@ def _instance_type(estimator: Any) -> str:
     return "ml.m5.xlarge"
 
 
-def _versions(estimator: Any, framework: str) -> dict[str, Any]:
+def _versions(estimator: EstimatorBase, framework: str) -> dict[str, Any]:
     if framework == "huggingface":
         return {
             "version": estimator.framework_version,
@@ -48,7 +51,9 @@ def _versions(estimator: Any, framework: str) -> dict[str, Any]:
     return {"version": estimator.framework_version}
 
 
-def check_inference_image(estimator: Any, framework: str | None, training_image: str) -> None:
+def check_inference_image(
+    estimator: EstimatorBase, framework: str | None, training_image: str
+) -> None:
     """Raise :class:`UnsupportedJobError` unless the SDK has an inference image for the model.
 
     Called by ``create_model()`` when no ``image_uri`` was passed to it;

@@ -53,15 +53,11 @@ def _warn(message: str, issued: list[str]) -> None:
     issued.append(message)
 
 
-def validate_job(config: TrainingCompilerConfig, job: JobSpec | Any) -> list[str]:
-    """Raise :class:`UnsupportedJobError` for what cannot work; warn for what may disappoint.
-
-    ``job`` is a :class:`JobSpec`, or a v2 estimator it is read from.
-    """
+def validate_job(config: TrainingCompilerConfig, spec: JobSpec) -> list[str]:
+    """Raise :class:`UnsupportedJobError` for what cannot work; warn for what may disappoint."""
     issued: list[str] = []
     if not config.enabled:
         return issued
-    spec = job if isinstance(job, JobSpec) else JobSpec.from_estimator(job)
     types = spec.instance_types
     if len(set(types)) > 1:
         raise UnsupportedJobError(

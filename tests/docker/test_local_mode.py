@@ -152,7 +152,11 @@ def test_file_checkpoints_keep_the_compile_cache_between_jobs(
             checkpoint_s3_uri=uri,
             checkpoint_local_path="/opt/ml/my-checkpoints",  # the caches follow it
         )
+        names = ("checkpoint_s3_uri", "checkpoint_local_path", "output_path", "environment")
+        before = {name: json.dumps(getattr(estimator, name)) for name in names}
         estimator.fit({"training": f"file://{job_dirs['data']}"})
+        # Given back after fit(): the job got them from its spec.
+        assert {name: json.dumps(getattr(estimator, name)) for name in names} == before
         output = _members(_artifacts(estimator) / "output.tar.gz")
         summaries.append(json.loads(output["data/compiler/summary.json"]))
     cold, warm = summaries
@@ -167,7 +171,6 @@ def test_file_checkpoints_keep_the_compile_cache_between_jobs(
     cache = checkpoints / "trcomp-cache"
     assert any(p.is_file() for p in cache.rglob("*"))
     assert not [p for p in checkpoints.rglob("*") if p.stat().st_uid != owner]
-    assert estimator.checkpoint_s3_uri == uri  # given back after fit()
 
 
 def test_no_root_owned_files_left(

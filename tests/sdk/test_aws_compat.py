@@ -293,10 +293,10 @@ def test_credential_guard_accepts_non_string_credentials(role) -> None:
     estimator = _pytorch(
         session, role, compiler_config=TrainingCompilerConfig(cache=False), hyperparameters={}
     )
-    prepare_remote_job(estimator)  # raised TypeError before
+    prepare_remote_job(estimator.job_spec(), estimator)  # raised TypeError before
     estimator.set_hyperparameters(aws_secret_access_key="x")
     with pytest.raises(CredentialLeakError, match="aws_secret_access_key"):
-        prepare_remote_job(estimator)
+        prepare_remote_job(estimator.job_spec(), estimator)
 
 
 # -- 7. instance families ----------------------------------------------------------------

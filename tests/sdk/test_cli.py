@@ -276,6 +276,7 @@ def test_run_submits_to_sagemaker(
         "s3://cli-data/train"
     )
     assert request["CheckpointConfig"]["S3Uri"].endswith("/trcomp-checkpoints/cli/train/")
+    assert f"  checkpoint: {request['CheckpointConfig']['S3Uri']}" in out
     assert all(secret not in json.dumps(request) + out for secret in FAKE_CREDENTIALS.values())
 
 

@@ -124,6 +124,66 @@ def test_bring_your_own_image_estimator(offline_session, role) -> None:
     assert hps[ENABLED_KEY] == "true"
 
 
+def test_one_writer_of_the_compiler_hyperparameters(offline_session, role) -> None:
+    config = TrainingCompilerConfig(mode="max-autotune", debug=True)
+    common = {
+        "entry_point": "train.py",
+        "role": role,
+        "instance_type": "ml.g5.2xlarge",
+        "instance_count": 1,
+        "compiler_config": config,
+        "sagemaker_session": offline_session,
+    }
+    keys = (ENABLED_KEY, DEBUG_KEY, CONFIG_KEY)
+    expected = config.to_hyperparameters()
+    for cls in (PyTorch, HuggingFace, Estimator):
+        est = cls(**common)
+        # The SDK's framework estimators write the keys (from the config's
+        # _to_hyperparameter_dict()); trcomp writes them only where the SDK does not.
+        sdk_writes = cls is not Estimator
+        assert est._trcomp_compiler_hyperparameters() == ({} if sdk_writes else expected)
+        assert {key: est.hyperparameters()[key] for key in keys} == expected, cls.__name__
+
+
+def test_job_spec_describes_the_estimator(offline_session, role) -> None:
+    config = TrainingCompilerConfig()
+    est = PyTorch(
+        entry_point="train.py",
+        source_dir="src",
+        role=role,
+        instance_type="ml.g5.12xlarge",
+        instance_count=2,
+        distribution={"torch_distributed": {"enabled": True}},
+        output_path="s3://bucket/out",
+        checkpoint_s3_uri="s3://bucket/ckpt",
+        checkpoint_local_path="/opt/ml/c",
+        environment={"A": "1"},
+        compiler_config=config,
+        sagemaker_session=offline_session,
+    )
+    spec = est.job_spec()
+    assert spec.compiler_config is config and spec.compiler_on
+    assert (spec.instance_type, spec.instance_count) == ("ml.g5.12xlarge", 2)
+    assert spec.distribution == {"torch_distributed": {"enabled": True}}
+    assert (spec.entry_point, spec.source_dir) == ("train.py", "src")
+    assert (spec.output_path, spec.checkpoint_s3_uri) == ("s3://bucket/out", "s3://bucket/ckpt")
+    assert spec.checkpoint_local_path == "/opt/ml/c" and spec.environment == {"A": "1"}
+    # trcomp's default SageMaker image needs an STS call: left out until fit().
+    assert spec.image_is_default and spec.image_uri is None
+    with pytest.raises(ValueError, match="frozen"):
+        spec.instance_count = 3  # type: ignore[misc]
+    own = PyTorch(**{**_BASIC, "image_uri": "me/img:1"}, sagemaker_session=offline_session)
+    assert own.job_spec().image_uri == "me/img:1" and not own.job_spec().image_is_default
+
+
+_BASIC = {
+    "entry_point": "train.py",
+    "role": "arn:aws:iam::111111111111:role/x",
+    "instance_type": "ml.g5.2xlarge",
+    "instance_count": 1,
+}
+
+
 def test_remote_default_image_is_resolved_lazily(offline_session, role, monkeypatch) -> None:
     calls: list[int] = []
 

@@ -153,6 +153,26 @@ def _assert_job(
     return job
 
 
+def _user_attributes(estimator: Any) -> dict[str, Any]:
+    """What the user set on an estimator; trcomp's fit() leaves every one of them as it was.
+
+    (Not ``base_job_name`` nor an unset ``output_path``: the SDK's own ``fit()`` fills
+    them in, the job name's prefix and the default bucket, with or without trcomp.)
+    """
+    names = (
+        "checkpoint_s3_uri",
+        "checkpoint_local_path",
+        "environment",
+        "distribution",
+        "compiler_config",
+        "instance_type",
+        "instance_count",
+        "entry_point",
+        "source_dir",
+    )
+    return {name: json.dumps(getattr(estimator, name), default=repr) for name in names}
+
+
 def test_pytorch_job_reaches_sagemaker(moto: MotoServer, role: str, source_dir: Path) -> None:
     estimator = _estimator(
         source_dir,
@@ -162,6 +182,7 @@ def test_pytorch_job_reaches_sagemaker(moto: MotoServer, role: str, source_dir: 
         hyperparameters={"epochs": 2},
         compiler_config=trcomp.TrainingCompilerConfig(),
     )
+    before = _user_attributes(estimator)
     estimator.fit({"train": TRAIN_URI}, wait=False)
     name = estimator.latest_training_job.name
     job = _assert_job(moto, name, role, "ml.g5.2xlarge", 2)
@@ -169,6 +190,10 @@ def test_pytorch_job_reaches_sagemaker(moto: MotoServer, role: str, source_dir: 
     checkpoint = f"s3://{DEFAULT_BUCKET}/trcomp-checkpoints/train/"
     assert _create_request(moto, name)["CheckpointConfig"] == {"S3Uri": checkpoint}
     assert job["CheckpointConfig"]["S3Uri"] == checkpoint
+    # The default location reached the job through its spec, not the user's estimator.
+    assert _user_attributes(estimator) == before and estimator.checkpoint_s3_uri is None
+    assert estimator.latest_job_spec is not None
+    assert estimator.latest_job_spec.checkpoint_s3_uri == checkpoint
 
 
 def test_huggingface_job_reaches_sagemaker(moto: MotoServer, role: str, source_dir: Path) -> None:
@@ -195,14 +220,21 @@ def test_user_checkpoint_location_wins(moto: MotoServer, role: str, source_dir: 
         role,
         checkpoint_s3_uri=mine,
         checkpoint_local_path="/opt/ml/my-checkpoints",
+        environment={"MY_SETTING": "1"},
         compiler_config=trcomp.TrainingCompilerConfig(),
     )
+    before = _user_attributes(estimator)
     estimator.fit({"train": TRAIN_URI}, wait=False)
     request = _create_request(moto, estimator.latest_training_job.name)
     assert request["CheckpointConfig"] == {"S3Uri": mine, "LocalPath": "/opt/ml/my-checkpoints"}
     # The container keeps its compile caches in the directory SageMaker syncs. (moto
     # does not store a training job's Environment, so this is checked on the request.)
-    assert request["Environment"]["TRCOMP_CHECKPOINT_DIR"] == "/opt/ml/my-checkpoints"
+    assert request["Environment"] == {
+        "MY_SETTING": "1",
+        "TRCOMP_CHECKPOINT_DIR": "/opt/ml/my-checkpoints",
+    }
+    assert _user_attributes(estimator) == before
+    assert estimator.environment == {"MY_SETTING": "1"}
 
 
 @pytest.mark.parametrize(
@@ -217,7 +249,7 @@ def test_no_checkpoint_without_cache(
     moto: MotoServer, role: str, source_dir: Path, config: trcomp.TrainingCompilerConfig | None
 ) -> None:
     estimator = _estimator(source_dir, role, compiler_config=config)
-    assert default_checkpoint_uri(estimator) is None
+    assert default_checkpoint_uri(estimator.job_spec(), estimator.sagemaker_session) is None
     estimator.fit({"train": TRAIN_URI}, wait=False)
     assert "CheckpointConfig" not in _create_request(moto, estimator.latest_training_job.name)
 

@@ -198,7 +198,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"submitted {name} ({args.instance_count} x {args.instance_type})")
         print(f"  image:      {estimator.image_uri}")
-        if estimator.checkpoint_s3_uri:
-            print(f"  checkpoint: {estimator.checkpoint_s3_uri}")
+        submitted = estimator.latest_job_spec
+        if submitted is not None and submitted.checkpoint_s3_uri:
+            print(f"  checkpoint: {submitted.checkpoint_s3_uri}")
         print(f"  follow:     aws sagemaker describe-training-job --training-job-name {name}")
     return 0

@@ -9,13 +9,17 @@ root-owned, and an interrupted ``fit()`` can leave containers running.
 
 The estimators wrap the SDK's ``fit()`` in :func:`docker_job`, which
 
-1. checks the job (:mod:`trcomp.local.job_checks`) and calls :func:`preflight`
-   (engine, compose, image) before anything is created, and mounts a
-   ``file://`` ``checkpoint_s3_uri`` at the job's checkpoint path
+1. checks the job's spec (:mod:`trcomp.local.job_checks`) and calls
+   :func:`preflight` (engine, compose, image) before anything is created, and
+   mounts a ``file://`` ``checkpoint_s3_uri`` at the job's checkpoint path
    (:mod:`trcomp.local.checkpoints`), so checkpoints and compile caches outlive
    the container;
 2. writes the artifacts of a ``file://`` output_path to
    ``<output_path>/<job name>/output/``, a folder of the job's own;
+   what the SDK's ``fit()`` must read for this job (that folder, no S3
+   checkpoint settings, the extra environment) comes back as a
+   :class:`~trcomp.jobspec.SdkView`, and the estimator's own attributes are
+   left as they are;
 3. labels the job's containers and gives them a large ``/dev/shm``
    (:func:`shm_size`; Docker's default of 64 MB breaks NCCL between GPUs and
    DataLoader workers), both through the session's ``local.container_config``,
@@ -48,13 +52,15 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from trcomp._sdk_compat import current_job_name, new_job_name
+from trcomp._sdk_compat import new_job_name
+from trcomp.checkpoints import checkpoint_environment
 from trcomp.docker_cli import compose_command, run_docker
 from trcomp.errors import JobInterrupted, JobTerminated, LocalJobFailed
+from trcomp.jobspec import JobSpec, SdkView
 from trcomp.local import local_path
 from trcomp.local.checkpoints import checkpoint_mount
 from trcomp.local.docker_checks import preflight
@@ -62,10 +68,14 @@ from trcomp.local.docker_stop import JOB_LABEL, remove_containers, stop_on_signa
 from trcomp.local.job_checks import LocalJobChecks, check_local_job, claim_job_dir
 from trcomp.proctree import outer_grace_s
 
+if TYPE_CHECKING:
+    from sagemaker.estimator import EstimatorBase
+
 __all__ = [
     "JOB_LABEL",
     "compose_command",
     "docker_job",
+    "docker_view",
     "failure_reason",
     "preflight",
     "shm_size",
@@ -93,10 +103,10 @@ def failure_reason(output_tar: str | os.PathLike[str]) -> str | None:
     return None
 
 
-def _output_tars(estimator: Any, scratch: Path, since: float) -> list[Path]:
+def _output_tars(output_path: Any, scratch: Path, since: float) -> list[Path]:
     """Where local mode put this job's ``output.tar.gz``: the file:// output_path or scratch."""
     candidates = list(scratch.glob("*/compressed_artifacts/output.tar.gz"))
-    output_dir = _file_output_path(estimator)
+    output_dir = _file_output_path(output_path)
     if output_dir is not None:
         candidates.append(output_dir / "output.tar.gz")
     # A stale output.tar.gz from an earlier job at the same path is not this job's.
@@ -144,11 +154,10 @@ def _exit_code(output_tar: Path) -> int | None:
 
 
 def _job_failed(
-    exc: RuntimeError, estimator: Any, scratch: Path, since: float, tail: _Tail
+    exc: RuntimeError, name: str, output_path: Any, scratch: Path, since: float, tail: _Tail
 ) -> LocalJobFailed:
-    name = current_job_name(estimator) or "local training job"
     compose_code = re.search(r"exited with code:? (\d+)", str(exc))
-    tars = _output_tars(estimator, scratch, since)
+    tars = _output_tars(output_path, scratch, since)
     reason = next((r for r in map(failure_reason, tars) if r), None)
     exit_code = next((c for c in map(_exit_code, tars) if c is not None), None)
     if reason is None:
@@ -212,23 +221,23 @@ def _give_back(paths: list[Path], image_uri: str) -> None:
         )
 
 
-def _file_output_path(estimator: Any) -> Path | None:
+def _file_output_path(output_path: Any) -> Path | None:
     """The host directory of a ``file://`` output_path (None for S3 or no output_path)."""
-    output_path = getattr(estimator, "output_path", None) or ""
-    return local_path(output_path) if output_path.startswith("file://") else None
+    text = str(output_path or "")
+    return local_path(text) if text.startswith("file://") else None
 
 
-def _user_dirs(estimator: Any, scratch: Path) -> list[Path]:
+def _user_dirs(spec: JobSpec, output_path: Any, scratch: Path) -> list[Path]:
     """The host dirs the job may write to, except data channels (possibly huge datasets).
 
     trcomp's image fixes ownership in channels itself (container/entrypoint.sh,
     asked to by ``TRCOMP_GIVE_BACK_INPUTS``).
     """
     dirs = [scratch]
-    source_dir = getattr(estimator, "source_dir", None)
+    source_dir = spec.source_dir
     if source_dir and "://" not in str(source_dir):
-        dirs.append(Path(source_dir).resolve())
-    output_dir = _file_output_path(estimator)
+        dirs.append(Path(str(source_dir)).resolve())
+    output_dir = _file_output_path(output_path)
     if output_dir is not None:
         dirs.append(output_dir)
     return [d for d in dirs if d.is_dir()]
@@ -238,21 +247,11 @@ def _user_dirs(estimator: Any, scratch: Path) -> list[Path]:
 
 
 GIVE_BACK_INPUTS_ENV = "TRCOMP_GIVE_BACK_INPUTS"
+"""For a local job only: trcomp's image also gives back files in the code dir and channels.
 
-
-@contextlib.contextmanager
-def _give_back_inputs(estimator: Any) -> Iterator[None]:
-    """For this job only: trcomp's image also gives back files in the code dir and channels.
-
-    Here they are the user's own directories; on SageMaker the image leaves
-    channels alone (a channel may be a huge shared file system).
-    """
-    environment = getattr(estimator, "environment", None)
-    estimator.environment = {**(environment or {}), GIVE_BACK_INPUTS_ENV: "1"}
-    try:
-        yield
-    finally:
-        estimator.environment = environment
+Here they are the user's own directories; on SageMaker the image leaves
+channels alone (a channel may be a huge shared file system).
+"""
 
 
 def shm_size(memory_bytes: int | None = None) -> str:
@@ -292,57 +291,75 @@ def _local_config(session: Any, scratch: Path, job_id: str, grace: float) -> Ite
 
 
 @contextlib.contextmanager
-def docker_job(estimator: Any, inputs: Any = None, job_name: str | None = None) -> Iterator[str]:
+def docker_job(
+    spec: JobSpec, estimator: EstimatorBase, inputs: Any = None, job_name: str | None = None
+) -> Iterator[tuple[str, SdkView]]:
     """Run ``estimator``'s SageMaker local-mode ``fit()`` inside this block.
 
-    Use as ``with docker_job(self, inputs, job_name) as name: super().fit(...,
-    job_name=name)``. Raises :class:`~trcomp.errors.LocalModeError` before the
-    job when it cannot start, :class:`~trcomp.errors.LocalJobFailed` instead of
-    the SDK's compose error when the job fails, and
-    :class:`~trcomp.errors.JobInterrupted` (Ctrl-C) or
+    Use as ``with docker_job(spec, self, inputs, job_name) as (name, view): ...
+    super().fit(..., job_name=name)`` with the SDK reading ``view`` (the job's
+    output folder, no S3 checkpoint settings, the extra environment). Raises
+    :class:`~trcomp.errors.LocalModeError` before the job when it cannot start,
+    :class:`~trcomp.errors.LocalJobFailed` instead of the SDK's compose error
+    when the job fails, and :class:`~trcomp.errors.JobInterrupted` (Ctrl-C) or
     :class:`~trcomp.errors.JobTerminated` (SIGTERM) once a stopped job's
     containers are gone.
     """
-    checks = check_local_job(estimator, inputs, job_name, local_only=False)
+
+    def new_name() -> str:
+        return new_job_name(estimator)
+
+    checks = check_local_job(spec, inputs, job_name, local_only=False, new_name=new_name)
     image_uri = estimator.training_image_uri()
     # Refuses an S3 checkpoint URI, which local mode cannot sync, before the engine checks.
-    with checkpoint_mount(estimator) as checkpoints, _give_back_inputs(estimator):
-        preflight(image_uri, estimator.instance_type)
-        with (
-            _job_output(estimator, checks) as name,
-            _compose_job(estimator, image_uri, name) as dirs,
-        ):
+    with checkpoint_mount(spec) as checkpoints:
+        preflight(image_uri, spec.instance_type)
+        name, output_path = _job_output(spec, checks, new_name)
+        with _compose_job(spec, estimator, image_uri, name, output_path) as dirs:
             if checkpoints is not None:
                 dirs.append(checkpoints)
-            yield name
+            yield name, docker_view(spec, checkpoints, output_path)
 
 
-@contextlib.contextmanager
-def _job_output(estimator: Any, checks: LocalJobChecks) -> Iterator[str]:
-    """Point a ``file://`` output_path at ``<output_path>/<job name>/output`` for one job.
+def docker_view(spec: JobSpec, checkpoints: Path | None, output_path: Any) -> SdkView:
+    """What the SDK's local-mode ``fit()`` reads for one job.
+
+    No checkpoint settings (local mode refuses them; ``checkpoints``, the host dir,
+    is mounted instead), the job's own ``output_path``, and the environment that
+    gives files back and tells the container where its checkpoints are (summary.json
+    names the cache where the user keeps it).
+    """
+    environment = {GIVE_BACK_INPUTS_ENV: "1"}
+    if checkpoints is not None:
+        environment.update(checkpoint_environment(spec.checkpoint_local_path, checkpoints))
+    return SdkView(
+        checkpoint_s3_uri=None,
+        checkpoint_local_path=None,
+        output_path=output_path,
+        extra_environment=environment,
+    )
+
+
+def _job_output(
+    spec: JobSpec, checks: LocalJobChecks, new_name: Callable[[], str]
+) -> tuple[str, Any]:
+    """The job's name and output_path: ``<output_path>/<job name>/output`` for ``file://``.
 
     As SageMaker does remotely; the SDK's local mode would write every job's
     ``model.tar.gz`` straight into output_path, over the previous one.
     """
     if checks.output_root is None:
-        yield checks.name
-        return
+        return checks.name, spec.output_path
     name, folder = claim_job_dir(
-        checks.output_root,
-        checks.name,
-        renamable=not checks.name_given,
-        new_name=lambda: new_job_name(estimator),
+        checks.output_root, checks.name, renamable=not checks.name_given, new_name=new_name
     )
-    before = estimator.output_path
-    estimator.output_path = f"file://{folder / 'output'}"
-    try:
-        yield name
-    finally:
-        estimator.output_path = before
+    return name, f"file://{folder / 'output'}"
 
 
 @contextlib.contextmanager
-def _compose_job(estimator: Any, image_uri: str, name: str) -> Iterator[list[Path]]:
+def _compose_job(
+    spec: JobSpec, estimator: EstimatorBase, image_uri: str, name: str, output_path: Any
+) -> Iterator[list[Path]]:
     """Run the SDK's job; yields a list of extra dirs whose ownership to hand back."""
     extra_dirs: list[Path] = []
     job_id = uuid.uuid4().hex[:12]
@@ -352,7 +369,7 @@ def _compose_job(estimator: Any, image_uri: str, name: str) -> Iterator[list[Pat
     since = time.time()
     tail = _Tail(sys.stdout)
     keep_scratch = False
-    grace = outer_grace_s(getattr(estimator, "environment", None) or {})
+    grace = outer_grace_s({str(k): str(v) for k, v in spec.environment.items()})
     stopper = stop_on_signals(job_id, name, grace)
     try:
         with (
@@ -366,25 +383,25 @@ def _compose_job(estimator: Any, image_uri: str, name: str) -> Iterator[list[Pat
             except RuntimeError as exc:
                 if "Failed to run" not in str(exc) or stopper.received is not None:
                     raise
-                keep_scratch = not getattr(estimator, "output_path", None)
-                raise _job_failed(exc, estimator, scratch, since, tail) from exc
+                keep_scratch = not output_path
+                raise _job_failed(exc, name, output_path, scratch, since, tail) from exc
             finally:
                 if stopper.received is not None:
-                    _raise_stopped(estimator, stopper.received, name, scratch, since)
+                    _raise_stopped(output_path, stopper.received, name, scratch, since)
         # No output_path: the SDK left the artifacts in its scratch dir, which is now ours.
-        keep_scratch = not getattr(estimator, "output_path", None)
+        keep_scratch = not output_path
     finally:
         # Compose leaves stopped containers behind, and running ones after Ctrl-C.
         remove_containers(job_id, grace)
-        _give_back(_user_dirs(estimator, scratch) + extra_dirs, image_uri)
+        _give_back(_user_dirs(spec, output_path, scratch) + extra_dirs, image_uri)
         if keep_scratch:
             logger.warning("local-mode artifacts are in %s", scratch)
         else:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _raise_stopped(estimator: Any, signum: int, name: str, scratch: Path, since: float) -> None:
-    tars = _output_tars(estimator, scratch, since)
+def _raise_stopped(output_path: Any, signum: int, name: str, scratch: Path, since: float) -> None:
+    tars = _output_tars(output_path, scratch, since)
     exit_code = next((c for c in map(_exit_code, tars) if c is not None), None)
     where = f"what it saved is in {tars[0].parent}" if tars else "it packed nothing"
     message = (

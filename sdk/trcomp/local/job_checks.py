@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trcomp._sdk_compat import new_job_name
 from trcomp.errors import LocalModeError
+from trcomp.jobspec import JobSpec
 from trcomp.local import local_path
 
 __all__ = [
@@ -148,29 +148,35 @@ class LocalJobChecks:
     checkpoint_dir: Path | None
 
 
-def _writable_local_dir(estimator: Any, attribute: str) -> Path | None:
-    """The local dir an estimator's ``file://`` URI attribute names, checked writable; else None."""
-    uri = getattr(estimator, attribute, None)
+def _writable_local_dir(uri: Any, what: str) -> Path | None:
+    """The local dir a ``file://`` URI (``what``) names, checked writable; else None."""
     directory = local_path(str(uri)) if uri else None
     if directory is not None:
-        check_writable(directory, attribute)
+        check_writable(directory, what)
     return directory
 
 
 def check_local_job(
-    estimator: Any, inputs: Any, job_name: str | None, *, local_only: bool
+    spec: JobSpec,
+    inputs: Any,
+    job_name: str | None,
+    *,
+    local_only: bool,
+    new_name: Callable[[], str],
 ) -> LocalJobChecks:
-    """Every check of a local job that needs no Docker engine and creates nothing."""
-    entry_point = getattr(estimator, "entry_point", None)
+    """Every check of a local job that needs no Docker engine and creates nothing.
+
+    ``new_name`` makes a job name as ``fit()`` does, for a job without ``job_name``.
+    """
+    entry_point = spec.entry_point
     if not entry_point:
         raise LocalModeError("a local job needs entry_point= (the training script to run)")
-    source_dir = getattr(estimator, "source_dir", None)
-    program = check_entry_point(str(entry_point), source_dir)
+    program = check_entry_point(str(entry_point), spec.source_dir)
     if job_name is not None:
         check_job_name(job_name)
-    name = check_job_name(job_name or new_job_name(estimator))
-    output_root = _writable_local_dir(estimator, "output_path")
-    checkpoint_dir = _writable_local_dir(estimator, "checkpoint_s3_uri")
+    name = check_job_name(job_name or new_name())
+    output_root = _writable_local_dir(spec.output_path, "output_path")
+    checkpoint_dir = _writable_local_dir(spec.checkpoint_s3_uri, "checkpoint_s3_uri")
     return LocalJobChecks(
         name=name,
         name_given=job_name is not None,

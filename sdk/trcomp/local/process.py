@@ -25,18 +25,23 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sagemaker.exceptions import UnexpectedStatusException
 
 from trcomp._sdk_compat import new_job_name, set_current_job_name
-from trcomp.checkpoints import CHECKPOINT_URI_ENV
+from trcomp.checkpoints import checkpoint_environment
 from trcomp.errors import JobInterrupted, JobTerminated, LocalModeError
+from trcomp.jobspec import JobSpec
 from trcomp.local import local_path
 from trcomp.local.job_checks import check_local_job, claim_job_dir
 from trcomp.proctree import TreeProcess, outer_grace_s
+
+if TYPE_CHECKING:
+    from sagemaker.estimator import EstimatorBase
 
 __all__ = ["ProcessJob", "ProcessJobFailed", "plan_process_job", "run_process_job"]
 
@@ -128,26 +133,30 @@ def _local_path(uri: str, what: str) -> Path:
 
 
 def plan_process_job(
-    estimator: Any, inputs: Any = None, job_name: str | None = None
+    spec: JobSpec, estimator: EstimatorBase, inputs: Any = None, job_name: str | None = None
 ) -> tuple[ProcessJob, dict[str, Any]]:
     """Check and decide everything about a process-mode job; create its folders.
 
     Every refusal comes before anything is created. Returns the job and the
-    keyword arguments for ``lay_out_tree``.
+    keyword arguments for ``lay_out_tree``. ``estimator`` gives the job's
+    hyperparameters and job names, as the SDK makes them.
     """
-    if int(getattr(estimator, "instance_count", 1) or 1) != 1:
+    if spec.instance_count != 1:
         raise LocalModeError(
             "process mode runs one instance; for instance_count > 1 use Docker local mode "
             "(instance_type='local'), which starts one container per instance"
         )
-    output_path = getattr(estimator, "output_path", None)
-    if output_path:
-        _local_path(str(output_path), "output_path")
-    checkpoint_uri = getattr(estimator, "checkpoint_s3_uri", None)
-    checkpoint_dir = _local_path(checkpoint_uri, "checkpoint_s3_uri") if checkpoint_uri else None
-    checks = check_local_job(estimator, inputs, job_name, local_only=True)
-    entry_point = str(estimator.entry_point)
-    source_dir = getattr(estimator, "source_dir", None)
+    if spec.output_path:
+        _local_path(str(spec.output_path), "output_path")
+    checkpoint_uri = spec.checkpoint_s3_uri
+    checkpoint_dir = (
+        _local_path(str(checkpoint_uri), "checkpoint_s3_uri") if checkpoint_uri else None
+    )
+    checks = check_local_job(
+        spec, inputs, job_name, local_only=True, new_name=lambda: new_job_name(estimator)
+    )
+    entry_point = str(spec.entry_point)
+    source_dir = spec.source_dir
     script = Path(source_dir or ".", entry_point) if source_dir else Path(entry_point)
     if not script.is_file():
         raise LocalModeError(
@@ -163,7 +172,7 @@ def plan_process_job(
     )
     base_dir = Path(tempfile.mkdtemp(prefix=f"trcomp-{name[:40]}-"))
     env = inherited_environment(dict(os.environ))
-    env.update({str(k): str(v) for k, v in (getattr(estimator, "environment", None) or {}).items()})
+    env.update({str(k): str(v) for k, v in spec.environment.items()})
     env.update(
         {
             "SAGEMAKER_BASE_DIR": str(base_dir),
@@ -172,8 +181,8 @@ def plan_process_job(
             "PYTHONUNBUFFERED": "1",
         }
     )
-    if checkpoint_dir is not None:
-        env[CHECKPOINT_URI_ENV] = checkpoint_dir.as_uri()
+    # The job's checkpoints/ is linked to checkpoint_dir, so only the URI is set.
+    env.update(checkpoint_environment(None, checkpoint_dir))
     job = ProcessJob(name, base_dir, job_dir / "output", checkpoint_dir, list(TRAIN_COMMAND), env)
     hyperparameters = {
         key: value
@@ -195,18 +204,24 @@ def plan_process_job(
 
 
 def run_process_job(
-    estimator: Any,
+    spec: JobSpec,
+    estimator: EstimatorBase,
     inputs: Any = None,
     job_name: str | None = None,
     logs: Any = "All",
     wait: bool = True,
+    on_packed: Callable[[ProcessJob], None] | None = None,
 ) -> ProcessJob:
-    """Run the estimator's job in a subprocess; raise if it fails (as ``fit()`` does)."""
+    """Run the job in a subprocess; raise if it fails (as ``fit()`` does).
+
+    ``on_packed`` is called with the job once its artifacts are packed, before
+    a failure is raised (the estimator's ``model_data`` names them).
+    """
     from trcomp.local.tree import lay_out_tree
 
     if not wait:
         raise LocalModeError("process mode always waits for the job: call fit(wait=True)")
-    job, tree = plan_process_job(estimator, inputs, job_name)
+    job, tree = plan_process_job(spec, estimator, inputs, job_name)
     try:
         lay_out_tree(job.base_dir, **tree)
     except BaseException:
@@ -225,7 +240,8 @@ def run_process_job(
     job.exit_code = 128 - returncode if returncode < 0 else returncode
     job.wall_s = time.monotonic() - started
     _pack(job)
-    estimator._trcomp_process_job = job
+    if on_packed is not None:
+        on_packed(job)
     print(
         f"[trcomp] job {job.name} finished with exit code {job.exit_code} in "
         f"{job.wall_s:.1f}s; model: {job.model_data}; output: {job.output_data}",

@@ -16,14 +16,17 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trcomp.checkpoints import CHECKPOINT_DIR_ENV, CHECKPOINT_URI_ENV
+from trcomp.checkpoints import checkpoint_environment
 from trcomp.distribution import distribution_hyperparameters
 from trcomp.errors import UnsupportedJobError
 from trcomp.hyperparameters import check_limits
 from trcomp.instances import DOCKER_LOCAL_MODES
 from trcomp.jobspec import JobSpec
+
+if TYPE_CHECKING:
+    from trcomp.config import TrainingCompilerConfig
 
 __all__ = [
     "CACHE_CHANNEL",
@@ -137,9 +140,11 @@ def job_spec(
     training_image: str | None,
     image_is_default: bool,
     instance_count: int = 1,
+    compiler_config: TrainingCompilerConfig | None = None,
 ) -> JobSpec:
     """The job as the shared compiler checks see it (v3 has no Debugger or Profiler)."""
     return JobSpec(
+        compiler_config=compiler_config,
         instance_types=instance_types,
         instance_count=instance_count,
         distribution=dict(distribution),
@@ -185,10 +190,7 @@ def local_cache_environment(host_dir: Path) -> dict[str, str]:
 
     The summary names the cache by its place on this machine, as in v2's local modes.
     """
-    return {
-        CHECKPOINT_DIR_ENV: f"/opt/ml/input/data/{CACHE_CHANNEL}",
-        CHECKPOINT_URI_ENV: host_dir.resolve().as_uri(),
-    }
+    return checkpoint_environment(f"/opt/ml/input/data/{CACHE_CHANNEL}", host_dir.resolve())
 
 
 def telemetry_opt_out_file(existing: str | None) -> Path:

@@ -23,7 +23,7 @@ from sagemaker.train.defaults import TrainDefaults
 from sagemaker.train.model_trainer import Mode
 from sagemaker.train.model_trainer import ModelTrainer as _V3ModelTrainer
 
-from trcomp.checkpoints import CHECKPOINT_DIR_ENV, default_checkpoint_location
+from trcomp.checkpoints import checkpoint_environment, default_checkpoint_location
 from trcomp.config import TrainingCompilerConfig
 from trcomp.errors import TrcompError, UnsupportedJobError
 from trcomp.image.uris import (
@@ -106,6 +106,7 @@ class ModelTrainer(_V3ModelTrainer):  # type: ignore[misc]
             training_image=_text(self.training_image),
             image_is_default=self._trcomp_image_is_default,
             instance_count=self._instance_count(),
+            compiler_config=self.compiler_config,
         )
         if self.compiler_config is not None:
             validate_job(self.compiler_config, spec)
@@ -239,8 +240,8 @@ class ModelTrainer(_V3ModelTrainer):  # type: ignore[misc]
             logger.info("trcomp: compile cache kept at checkpoint_config.s3_uri=%s", uri)
             self._assign(checkpoint_config=CheckpointConfig(s3_uri=uri))
         local_path = getattr(self.checkpoint_config, "local_path", None)
-        if isinstance(local_path, str) and local_path:
-            environment[CHECKPOINT_DIR_ENV] = local_path
+        if isinstance(local_path, str):
+            environment.update(checkpoint_environment(local_path))
 
     def train(
         self,

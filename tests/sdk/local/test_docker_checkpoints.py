@@ -13,6 +13,7 @@ from sagemaker.local import image
 
 from trcomp import LocalModeError, PyTorch
 from trcomp.local.checkpoints import checkpoint_mount
+from trcomp.local.docker import docker_view
 
 
 def _volumes(tmp_path: Path) -> list[str]:
@@ -44,11 +45,9 @@ def test_file_uri_is_mounted_at_the_checkpoint_path_for_one_fit(tmp_path: Path, 
     uri = f"file://{checkpoints}"
     estimator = _estimator(tmp_path, role, checkpoint_s3_uri=uri)
     before = _volumes(tmp_path)
-    with checkpoint_mount(estimator) as mounted:
+    with checkpoint_mount(estimator.job_spec()) as mounted:
         assert mounted == checkpoints.resolve() and checkpoints.is_dir()
         assert _volumes(tmp_path) == [*before, f"{checkpoints.resolve()}:/opt/ml/checkpoints"]
-        # Hidden from the SDK, which refuses both settings in local mode.
-        assert estimator.checkpoint_s3_uri is None and estimator.checkpoint_local_path is None
     assert _volumes(tmp_path) == before
     assert estimator.checkpoint_s3_uri == uri
 
@@ -60,11 +59,19 @@ def test_checkpoint_local_path_is_the_mount_point(tmp_path: Path, role: str) -> 
         checkpoint_s3_uri=f"file://{tmp_path / 'ckpt'}",
         checkpoint_local_path="/opt/ml/my-checkpoints",
     )
-    with checkpoint_mount(estimator):
+    spec = estimator.job_spec()
+    with checkpoint_mount(spec) as mounted:
         assert _volumes(tmp_path)[-1].endswith(":/opt/ml/my-checkpoints")
     assert estimator.checkpoint_local_path == "/opt/ml/my-checkpoints"
-    # The container's compile caches follow the checkpoint path.
-    assert estimator.environment["TRCOMP_CHECKPOINT_DIR"] == "/opt/ml/my-checkpoints"
+    # The container's compile caches follow the checkpoint path; the SDK, which refuses
+    # both settings in local mode, sees neither.
+    view = docker_view(spec, mounted, "file:///out/job/output")
+    assert view.extra_environment == {
+        "TRCOMP_GIVE_BACK_INPUTS": "1",
+        "TRCOMP_CHECKPOINT_DIR": "/opt/ml/my-checkpoints",
+        "TRCOMP_CHECKPOINT_URI": (tmp_path / "ckpt").resolve().as_uri(),
+    }
+    assert view.checkpoint_s3_uri is None and view.checkpoint_local_path is None
 
 
 @pytest.mark.parametrize(

@@ -81,7 +81,9 @@ def test_failed_job_raises_with_reason_and_keeps_model(project: Path, role: str)
 
 def test_plan_sets_the_same_tree_and_entrypoint(project: Path, role: str) -> None:
     est = estimator(project, role, hyperparameters={"greeting": "x"})
-    job, tree = plan_process_job(est, {"train": f"file://{project / 'data'}"}, "job-1")
+    job, tree = plan_process_job(
+        est.job_spec(), est, {"train": f"file://{project / 'data'}"}, "job-1"
+    )
     assert job.env["SAGEMAKER_TRAINING_MODULE"] == "trcomp_container.training:main"
     assert job.env["SAGEMAKER_BASE_DIR"] == str(job.base_dir)
     assert tree["hyperparameters"]["greeting"] == '"x"'
@@ -179,7 +181,7 @@ def test_host_compiler_variables_do_not_leak_into_the_job(project, role, monkeyp
         monkeypatch.setenv(name, "3")
     monkeypatch.setenv("RANKING_FILE", "kept")
     est = estimator(project, role, environment={"XLA_FLAGS": "--xla_cpu_x=1"})
-    job, _ = plan_process_job(est, None, "job-2")
+    job, _ = plan_process_job(est.job_spec(), est, None, "job-2")
     assert "TORCHINDUCTOR_CACHE_DIR" not in job.env and "SM_MODEL_DIR" not in job.env
     assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_RUN_ID"} & set(
         job.env
@@ -187,3 +189,36 @@ def test_host_compiler_variables_do_not_leak_into_the_job(project, role, monkeyp
     assert job.env["RANKING_FILE"] == "kept"
     assert job.env["MY_SETTING"] == "kept"
     assert job.env["XLA_FLAGS"] == "--xla_cpu_x=1"
+
+
+CHECKPOINT_SCRIPT = """
+import os, pathlib
+model = pathlib.Path(os.environ["SM_MODEL_DIR"])
+model.joinpath("uri.txt").write_text(os.environ.get("TRCOMP_CHECKPOINT_URI", "unset"))
+model.joinpath("setting.txt").write_text(os.environ.get("MY_SETTING", "unset"))
+pathlib.Path(os.environ["SAGEMAKER_BASE_DIR"], "checkpoints", "step-1").write_text("saved")
+"""
+
+
+@pytest.mark.slow
+def test_fit_leaves_the_estimator_as_it_was(project: Path, role: str) -> None:
+    (project / "src" / "train.py").write_text(CHECKPOINT_SCRIPT)
+    checkpoints = project / "ckpt"
+    est = estimator(
+        project,
+        role,
+        checkpoint_s3_uri=f"file://{checkpoints}",
+        environment={"MY_SETTING": "mine"},
+    )
+    names = ("checkpoint_s3_uri", "checkpoint_local_path", "output_path", "environment")
+    before = {name: json.dumps(getattr(est, name)) for name in names}
+    est.fit(job_name="checkpoint-job")
+    assert {name: json.dumps(getattr(est, name)) for name in names} == before
+    # The checkpoint location reached the job from its spec, as in the other run modes.
+    assert (checkpoints / "step-1").read_text() == "saved"
+    with tarfile.open(project / "out" / "checkpoint-job" / "output" / "model.tar.gz") as tar:
+        uri = tar.extractfile("uri.txt").read().decode()  # type: ignore[union-attr]
+        setting = tar.extractfile("setting.txt").read().decode()  # type: ignore[union-attr]
+    assert uri == checkpoints.resolve().as_uri() and setting == "mine"
+    assert est.latest_job_spec is not None
+    assert est.latest_job_spec.checkpoint_s3_uri == f"file://{checkpoints}"
