@@ -14,26 +14,16 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
+from trcomp.contract.keys import CHECKPOINT_DIR_ENV
+
 __all__ = [
-    "CHECKPOINT_DIR_ENV",
     "CHECKPOINT_PREFIX",
-    "CHECKPOINT_URI_ENV",
     "default_checkpoint_location",
     "export_checkpoint_path",
 ]
 
 CHECKPOINT_PREFIX = "trcomp-checkpoints"
 """Key prefix, in the session's default bucket, of the default checkpoint locations."""
-
-CHECKPOINT_DIR_ENV = "TRCOMP_CHECKPOINT_DIR"
-"""Environment variable naming the job's checkpoint directory inside the container."""
-
-CHECKPOINT_URI_ENV = "TRCOMP_CHECKPOINT_URI"
-"""Environment variable with the user's checkpoint location (a local job's ``file://`` URI).
-
-The container reports the compile cache there in summary.json, not at its own
-mount point, which means nothing once the job is over.
-"""
 
 
 def export_checkpoint_path(estimator: Any) -> None:

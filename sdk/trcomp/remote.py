@@ -28,7 +28,7 @@ from trcomp.checkpoints import (
     default_checkpoint_location,
     export_checkpoint_path,
 )
-from trcomp.errors import TrcompError
+from trcomp.contract.errors import TrcompError
 from trcomp.image.uris import DEFERRED_IMAGE
 from trcomp.session import quiet_sagemaker
 

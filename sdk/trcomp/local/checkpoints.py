@@ -23,8 +23,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 from trcomp._sdk_compat import extra_training_volume
-from trcomp.checkpoints import CHECKPOINT_URI_ENV, export_checkpoint_path
-from trcomp.errors import LocalModeError
+from trcomp.checkpoints import export_checkpoint_path
+from trcomp.contract.errors import LocalModeError
+from trcomp.contract.keys import CHECKPOINT_URI_ENV
 from trcomp.local import local_path
 
 __all__ = ["DEFAULT_CHECKPOINT_PATH", "checkpoint_dir", "checkpoint_mount"]
@@ -46,7 +47,7 @@ def checkpoint_dir(estimator: Any) -> Path | None:
 def checkpoint_mount(estimator: Any) -> Iterator[Path | None]:
     """Mount a ``file://`` checkpoint dir into the job's containers inside this block.
 
-    Raises :class:`~trcomp.errors.LocalModeError` before the job for an S3 URI,
+    Raises :class:`~trcomp.contract.errors.LocalModeError` before the job for an S3 URI,
     which local mode cannot sync.
     """
     uri = getattr(estimator, "checkpoint_s3_uri", None)

@@ -20,7 +20,7 @@ The estimators wrap the SDK's ``fit()`` in :func:`docker_job`, which
    (:func:`shm_size`; Docker's default of 64 MB breaks NCCL between GPUs and
    DataLoader workers), both through the session's ``local.container_config``,
    and keeps the SDK's scratch files in a directory of its own;
-4. turns a failed run into a :class:`~trcomp.errors.LocalJobFailed` carrying
+4. turns a failed run into a :class:`~trcomp.contract.errors.LocalJobFailed` carrying
    the job's own failure reason (``/opt/ml/output/failure``, which local mode
    copies into ``output.tar.gz``) and exit code;
 5. stops and removes the job's containers on the way out: on Ctrl-C and
@@ -53,14 +53,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from trcomp._sdk_compat import current_job_name, new_job_name
+from trcomp.contract.errors import JobInterrupted, JobTerminated, LocalJobFailed
+from trcomp.contract.proctree import outer_grace_s
 from trcomp.docker_cli import compose_command, run_docker
-from trcomp.errors import JobInterrupted, JobTerminated, LocalJobFailed
 from trcomp.local import local_path
 from trcomp.local.checkpoints import checkpoint_mount
 from trcomp.local.docker_checks import preflight
 from trcomp.local.docker_stop import JOB_LABEL, remove_containers, stop_on_signals, watch
 from trcomp.local.job_checks import LocalJobChecks, check_local_job, claim_job_dir
-from trcomp.proctree import outer_grace_s
 
 __all__ = [
     "JOB_LABEL",
@@ -296,11 +296,11 @@ def docker_job(estimator: Any, inputs: Any = None, job_name: str | None = None) 
     """Run ``estimator``'s SageMaker local-mode ``fit()`` inside this block.
 
     Use as ``with docker_job(self, inputs, job_name) as name: super().fit(...,
-    job_name=name)``. Raises :class:`~trcomp.errors.LocalModeError` before the
-    job when it cannot start, :class:`~trcomp.errors.LocalJobFailed` instead of
+    job_name=name)``. Raises :class:`~trcomp.contract.errors.LocalModeError` before the
+    job when it cannot start, :class:`~trcomp.contract.errors.LocalJobFailed` instead of
     the SDK's compose error when the job fails, and
-    :class:`~trcomp.errors.JobInterrupted` (Ctrl-C) or
-    :class:`~trcomp.errors.JobTerminated` (SIGTERM) once a stopped job's
+    :class:`~trcomp.contract.errors.JobInterrupted` (Ctrl-C) or
+    :class:`~trcomp.contract.errors.JobTerminated` (SIGTERM) once a stopped job's
     containers are gone.
     """
     checks = check_local_job(estimator, inputs, job_name, local_only=False)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trcomp._sdk_compat import new_job_name
-from trcomp.errors import LocalModeError
+from trcomp.contract.errors import LocalModeError
 from trcomp.local import local_path
 
 __all__ = [

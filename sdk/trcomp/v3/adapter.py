@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trcomp.checkpoints import CHECKPOINT_DIR_ENV, CHECKPOINT_URI_ENV
-from trcomp.distribution import distribution_hyperparameters
-from trcomp.errors import UnsupportedJobError
-from trcomp.hyperparameters import check_limits
-from trcomp.instances import DOCKER_LOCAL_MODES
+from trcomp.contract.distribution import distribution_hyperparameters
+from trcomp.contract.errors import UnsupportedJobError
+from trcomp.contract.instances import DOCKER_LOCAL_MODES
+from trcomp.contract.keys import CHECKPOINT_DIR_ENV, CHECKPOINT_URI_ENV
+from trcomp.contract.limits import check_limits
 from trcomp.jobspec import JobSpec
 
 __all__ = [

@@ -23,9 +23,10 @@ from sagemaker.train.defaults import TrainDefaults
 from sagemaker.train.model_trainer import Mode
 from sagemaker.train.model_trainer import ModelTrainer as _V3ModelTrainer
 
-from trcomp.checkpoints import CHECKPOINT_DIR_ENV, default_checkpoint_location
+from trcomp.checkpoints import default_checkpoint_location
 from trcomp.config import TrainingCompilerConfig
-from trcomp.errors import TrcompError, UnsupportedJobError
+from trcomp.contract.errors import TrcompError, UnsupportedJobError
+from trcomp.contract.keys import CHECKPOINT_DIR_ENV
 from trcomp.image.uris import (
     DEFAULT_FRAMEWORK_VERSION,
     device_for_instance,
