@@ -110,9 +110,12 @@ class RuntimeConfig(BaseModel):
         try:
             return cls.model_validate(body)
         except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in exc.errors()
+            )
             raise ValueError(
-                f"{CONFIG_ENV} is not a config trcomp {__version__} can read ({exc}); it is "
-                "set by the trcomp container: unset it to run eager"
+                f"{CONFIG_ENV} is not a config trcomp {__version__} can read ({problems}); it "
+                "is set by the trcomp container: unset it to run eager"
             ) from None
 
     @classmethod
