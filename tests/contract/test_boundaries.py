@@ -156,7 +156,6 @@ def test_no_sdk_source_imports_the_container_package() -> None:
     found = {
         str(path.relative_to(SDK_DIR)): lines
         for path in sorted(SDK_DIR.rglob("*.py"))
-        if path.relative_to(SDK_DIR).parts[0] != "bench"
-        and (lines := _container_imports(path))
+        if path.relative_to(SDK_DIR).parts[0] != "bench" and (lines := _container_imports(path))
     }
     assert set(found) <= STATIC_PENDING, found

@@ -1,4 +1,4 @@
-"""RuntimeConfig: the resolved config in TRCOMP_CONFIG, written by the container, read by scripts."""
+"""RuntimeConfig: the resolved config in TRCOMP_CONFIG, from the container to the script."""
 
 from __future__ import annotations
 
