@@ -127,8 +127,6 @@ def test_no_sdk_module_imports_the_container_package() -> None:
 
 
 # Imports inside functions escape the import check above; this reads the source.
-# doctor.py's are removed by issue 12's docker part; drop the entry when they are gone.
-STATIC_PENDING = {"doctor.py"}
 
 
 def _container_imports(path: Path) -> list[int]:
@@ -158,4 +156,4 @@ def test_no_sdk_source_imports_the_container_package() -> None:
         for path in sorted(SDK_DIR.rglob("*.py"))
         if path.relative_to(SDK_DIR).parts[0] != "bench" and (lines := _container_imports(path))
     }
-    assert set(found) <= STATIC_PENDING, found
+    assert found == {}
