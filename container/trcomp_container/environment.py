@@ -8,45 +8,20 @@ cache and debug locations yield to a value the user already set.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from trcomp._version import __version__
-from trcomp.config import TrainingCompilerConfig
+from trcomp.contract.config import TrainingCompilerConfig
+from trcomp.contract.runtime_config import RuntimeConfig
 from trcomp_container.backends import ConcreteBackend, inductor, resolve_engine, xla
 from trcomp_container.backends import jax as jax_engine
 from trcomp_container.devices import Devices
 from trcomp_container.job import JobPaths
 
-__all__ = ["HOOK_DIR", "build_environment", "resolved_config"]
+__all__ = ["HOOK_DIR", "build_environment"]
 
 HOOK_DIR = Path(__file__).resolve().parent / "hook"
-
-
-def resolved_config(
-    config: TrainingCompilerConfig,
-    backend: ConcreteBackend | None,
-    fallback_reason: str | None = None,
-    engine: str | None = None,
-) -> dict[str, Any]:
-    """The ``TRCOMP_CONFIG`` body: the config with ``backend`` and ``engine`` made concrete.
-
-    ``enabled`` is False when the compiler is off or fell back to eager;
-    ``backend`` and ``engine`` are then None.
-    """
-    body = config.model_dump(mode="json")
-    body.update(
-        enabled=backend is not None,
-        backend=backend,
-        requested_backend=config.backend,
-        engine=engine,
-        fallback_reason=fallback_reason,
-        trcomp_version=__version__,
-    )
-    return body
 
 
 def build_environment(
@@ -71,8 +46,11 @@ def build_environment(
     """
     env = dict(base_env)
     engine = resolve_engine(config, backend, devices)
+    resolved = RuntimeConfig.resolved(
+        config, backend=backend, engine=engine, fallback_reason=fallback_reason
+    )
     decided: dict[str, str] = {
-        "TRCOMP_CONFIG": json.dumps(resolved_config(config, backend, fallback_reason, engine)),
+        **resolved.to_env(),
         "TRCOMP_BACKEND": backend or "eager",
         "TRCOMP_METRICS_DIR": str(metrics_dir),
         "TRCOMP_DEBUG": "1" if config.debug else "0",

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import shutil
 
-from trcomp.gpus import gpu_count
-from trcomp.instances import describe_instance
+from trcomp.contract.instances import describe_instance, gpu_count
 from trcomp_container import network
 from trcomp_container.backends import ConcreteBackend, inductor
 from trcomp_container.devices import Devices

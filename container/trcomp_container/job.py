@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trcomp.checkpoints import CHECKPOINT_DIR_ENV
+from trcomp.contract.keys import CHECKPOINT_DIR_ENV
 from trcomp_container.hyperparameters import read_stored, user_args
 
 __all__ = ["Job", "JobPaths", "checkpoint_dir"]

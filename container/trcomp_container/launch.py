@@ -12,10 +12,11 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from trcomp.distribution import DISTRIBUTION_KEYS
-from trcomp.gpus import single_process_warning
+from trcomp.contract.distribution import Launched, launched_distribution
+from trcomp.contract.errors import UnsupportedJobError
+from trcomp.contract.instances import single_process_warning
 from trcomp_container.backends import ConcreteBackend
 from trcomp_container.devices import Devices
 from trcomp_container.failures import ExitCode, JobFailed
@@ -30,16 +31,8 @@ __all__ = [
     "single_process_note",
 ]
 
-Distribution = Literal["none", "torch_distributed", "pytorchxla"]
+Distribution = Launched
 
-# The keys the SDK side writes (trcomp.distribution), read back here.
-_TORCHRUN_KEYS = (DISTRIBUTION_KEYS["torch_distributed"], DISTRIBUTION_KEYS["pytorchddp"])
-_XLA_KEY = DISTRIBUTION_KEYS["pytorchxla"]
-_UNSUPPORTED = {
-    "sagemaker_mpi_enabled": "mpi",
-    "sagemaker_distributed_dataparallel_enabled": "smdistributed dataparallel",
-    "sagemaker_distributed_modelparallel_enabled": "smdistributed modelparallel",
-}
 DEFAULT_MASTER_PORT = 29500
 
 
@@ -50,29 +43,14 @@ class LaunchPlan:
     command: list[str]
     env: dict[str, str]
     cwd: Path
-    distribution: Distribution
-    nproc_per_node: int
-
-
-def _enabled(value: Any) -> bool:
-    return value is True or str(value).lower() == "true"
 
 
 def distribution_of(framework_params: Mapping[str, Any]) -> Distribution:
-    """Which distribution the job's ``sagemaker_*`` parameters ask for."""
-    for key, name in _UNSUPPORTED.items():
-        if _enabled(framework_params.get(key)):
-            raise JobFailed(
-                f"distribution {name!r} ({key}) is not supported by the trcomp container: "
-                "use distribution={'torch_distributed': {'enabled': True}} (torchrun) or "
-                "{'pytorchxla': {'enabled': True}}",
-                ExitCode.CONFIG,
-            )
-    if _enabled(framework_params.get(_XLA_KEY)):
-        return "pytorchxla"
-    if any(_enabled(framework_params.get(key)) for key in _TORCHRUN_KEYS):
-        return "torch_distributed"
-    return "none"
+    """Which distribution the job's ``sagemaker_*`` parameters ask for (the contract's rule)."""
+    try:
+        return launched_distribution(framework_params)
+    except UnsupportedJobError as exc:
+        raise JobFailed(str(exc), ExitCode.CONFIG) from None
 
 
 def nproc_per_node(

@@ -24,7 +24,7 @@ import glob
 import os
 from collections.abc import Iterable, Mapping
 
-from trcomp.gpus import EFA_RDMA_FAMILIES
+from trcomp.contract.instances import EFA_RDMA_FAMILIES
 
 __all__ = [
     "DEFAULT_INTERFACE",

@@ -1,6 +1,6 @@
 """Run a :class:`~trcomp_container.launch.LaunchPlan`: the only module that starts the script.
 
-The script runs in its own session (:class:`trcomp.proctree.TreeProcess`), so
+The script runs in its own session (:class:`trcomp.contract.proctree.TreeProcess`), so
 SIGTERM (StopTrainingJob, or Ctrl-C in local mode) reaches every process it
 started, torchrun workers included; after a grace period the whole tree gets
 SIGKILL, and a second Ctrl-C kills it at once. Standard error is passed
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import IO
 
-from trcomp.proctree import TreeProcess
+from trcomp.contract.proctree import TreeProcess
 from trcomp_container.launch import LaunchPlan
 
 __all__ = ["RunResult", "run", "wait_for_hosts"]

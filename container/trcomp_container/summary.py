@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trcomp.metrics import METRICS, format_metric
+from trcomp.contract.metrics import METRICS, format_metric
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trcomp.checkpoints import CHECKPOINT_URI_ENV
-from trcomp.config import TrainingCompilerConfig
-from trcomp.errors import CompilerConfigError
-from trcomp.proctree import grace_s
+from trcomp.contract.config import TrainingCompilerConfig
+from trcomp.contract.errors import CompilerConfigError
+from trcomp.contract.keys import CHECKPOINT_URI_ENV
+from trcomp.contract.proctree import grace_s
 from trcomp_container import cache
 from trcomp_container import summary as summary_module
 from trcomp_container.backends import ConcreteBackend, resolve_backend, resolve_engine
@@ -188,7 +188,7 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
         current_host=job.current_host,
         environ=job.environ,
     )
-    plan = LaunchPlan(command, env, job.paths.code, distribution, nproc)
+    plan = LaunchPlan(command, env, job.paths.code)
     report.facts.update(command=command, nproc_per_node=nproc, hosts=job.hosts)
     wait_for_hosts(job.hosts)
     engine = report.facts["engine"] or "eager"

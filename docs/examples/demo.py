@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     from trcomp import PyTorch, TrainingCompilerConfig
-    from trcomp.metrics import METRICS
+    from trcomp.contract.metrics import METRICS
 
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="trcomp-demo-"))
     data = make_data(work / "data")

@@ -1,7 +1,9 @@
 """trcomp: one switch that compiles SageMaker-style PyTorch training jobs.
 
 ``import trcomp`` is cheap: the estimators (which import the SageMaker SDK) load
-on first use, and torch is never imported here.
+on first use, and torch is never imported here. ``TrainingCompilerConfig`` loads
+on first use too, so the container, which imports only :mod:`trcomp.contract`,
+never loads the SDK's checks.
 """
 
 from __future__ import annotations
@@ -10,8 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from trcomp._version import __version__
-from trcomp.config import TrainingCompilerConfig
-from trcomp.errors import (
+from trcomp.contract.errors import (
     CompilerConfigError,
     CompilerConfigWarning,
     HyperparameterLimitError,
@@ -24,6 +25,7 @@ from trcomp.errors import (
 )
 
 if TYPE_CHECKING:
+    from trcomp.config import TrainingCompilerConfig
     from trcomp.estimators import Estimator, HuggingFace, PyTorch
 
 __all__ = [
@@ -43,10 +45,15 @@ __all__ = [
     "__version__",
 ]
 
-_LAZY = {"PyTorch", "HuggingFace", "Estimator"}
+_LAZY = {
+    "PyTorch": "trcomp.estimators",
+    "HuggingFace": "trcomp.estimators",
+    "Estimator": "trcomp.estimators",
+    "TrainingCompilerConfig": "trcomp.config",
+}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module("trcomp.estimators"), name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'trcomp' has no attribute {name!r}")

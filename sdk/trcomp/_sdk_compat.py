@@ -82,7 +82,7 @@ def _local_image_module() -> Any:
 
     container = getattr(image, "_SageMakerContainer", None)
     if not hasattr(container, "_prepare_training_volumes") or not hasattr(image, "_Volume"):
-        from trcomp.errors import LocalModeError
+        from trcomp.contract.errors import LocalModeError
 
         raise LocalModeError(
             "this SageMaker SDK's local mode has no _SageMakerContainer._prepare_training_"

@@ -16,26 +16,16 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from trcomp.contract.keys import CHECKPOINT_DIR_ENV, CHECKPOINT_URI_ENV
+
 __all__ = [
-    "CHECKPOINT_DIR_ENV",
     "CHECKPOINT_PREFIX",
-    "CHECKPOINT_URI_ENV",
     "checkpoint_environment",
     "default_checkpoint_location",
 ]
 
 CHECKPOINT_PREFIX = "trcomp-checkpoints"
 """Key prefix, in the session's default bucket, of the default checkpoint locations."""
-
-CHECKPOINT_DIR_ENV = "TRCOMP_CHECKPOINT_DIR"
-"""Environment variable naming the job's checkpoint directory inside the container."""
-
-CHECKPOINT_URI_ENV = "TRCOMP_CHECKPOINT_URI"
-"""Environment variable with the user's checkpoint location (a local job's ``file://`` URI).
-
-The container reports the compile cache there in summary.json, not at its own
-mount point, which means nothing once the job is over.
-"""
 
 
 def checkpoint_environment(container_dir: Any, host_dir: Path | None = None) -> dict[str, str]:

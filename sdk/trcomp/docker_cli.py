@@ -8,7 +8,7 @@ compose will SageMaker run" and "is the engine up" have one answer each.
 exit code 127 (``docker`` not on PATH) or 124 (no answer within the timeout),
 with a message in ``stderr``, as a shell would. Callers that cannot go on
 without Docker call :func:`require_docker` first, which raises a
-:class:`~trcomp.errors.LocalModeError` that says how to install it.
+:class:`~trcomp.contract.errors.LocalModeError` that says how to install it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trcomp.errors import LocalModeError
+from trcomp.contract.errors import LocalModeError
 
 __all__ = [
     "NOT_FOUND",

@@ -31,11 +31,26 @@ except ImportError as _missing:  # a v3 environment, or no SDK at all
 
     raise ImportError(wrong_sdk_message("v2", _missing)) from None
 
-from trcomp.config import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY, TrainingCompilerConfig  # noqa: E402
-from trcomp.distribution import distribution_hyperparameters  # noqa: E402
-from trcomp.errors import CompilerConfigError, CompilerConfigWarning, UnsupportedJobError  # noqa: E402
-from trcomp.gpus import gpu_count, single_process_warning, warn_at_caller  # noqa: E402
-from trcomp.hyperparameters import check_limits  # noqa: E402
+from trcomp.caller import warn_at_caller  # noqa: E402
+from trcomp.config import TrainingCompilerConfig  # noqa: E402
+from trcomp.contract.distribution import (  # noqa: E402
+    distribution_hyperparameters,
+    enabled_distributions,
+)
+from trcomp.contract.errors import (  # noqa: E402
+    CompilerConfigError,
+    CompilerConfigWarning,
+    UnsupportedJobError,
+)
+from trcomp.contract.instances import (  # noqa: E402
+    DOCKER_LOCAL_MODES,
+    PROCESS_MODE,
+    gpu_count,
+    single_process_warning,
+)
+from trcomp.contract.keys import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY  # noqa: E402
+from trcomp.contract.limits import check_limits  # noqa: E402
+from trcomp.contract.metrics import metric_definitions  # noqa: E402
 from trcomp.image.uris import (  # noqa: E402
     DEFAULT_FRAMEWORK_VERSION,
     DEFAULT_PY_VERSION,
@@ -46,10 +61,8 @@ from trcomp.image.uris import (  # noqa: E402
     remote_image_uri,
     versions_from_image,
 )
-from trcomp.instances import DOCKER_LOCAL_MODES, PROCESS_MODE  # noqa: E402
 from trcomp.jobspec import JobSpec  # noqa: E402
-from trcomp.metrics import metric_definitions  # noqa: E402
-from trcomp.validation import enabled_distributions, validate_job  # noqa: E402
+from trcomp.validation import validate_job  # noqa: E402
 
 if TYPE_CHECKING:
     from sagemaker.estimator import EstimatorBase
@@ -227,7 +240,7 @@ class _CompilerMixin:
         Without ``image_uri=`` the model gets the SageMaker inference image for the
         estimator's framework and versions (resolved by the SDK at deploy time, for
         the endpoint's instance type); when the SDK has none, an
-        :class:`~trcomp.errors.UnsupportedJobError` says which image to pass.
+        :class:`~trcomp.contract.errors.UnsupportedJobError` says which image to pass.
         ``deploy()`` calls this first, so nothing is created before the check.
         """
         if kwargs.get("image_uri") is None:

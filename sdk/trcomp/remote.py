@@ -30,7 +30,7 @@ from trcomp.checkpoints import (
     checkpoint_environment,
     default_checkpoint_location,
 )
-from trcomp.errors import TrcompError
+from trcomp.contract.errors import TrcompError
 from trcomp.jobspec import JobSpec, SdkView
 from trcomp.session import quiet_sagemaker
 

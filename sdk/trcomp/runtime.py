@@ -21,11 +21,13 @@ torch is imported inside the functions, so importing this module is cheap.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from trcomp.contract.keys import CONFIG_ENV
+from trcomp.contract.runtime_config import RuntimeConfig
 
 if TYPE_CHECKING:
     import torch
@@ -45,24 +47,13 @@ __all__ = [
     "wrap_loader",
 ]
 
-CONFIG_ENV = "TRCOMP_CONFIG"
-
 
 @functools.lru_cache(maxsize=1)
-def _config_from(text: str | None) -> Mapping[str, Any]:
-    if not text:
-        return {"enabled": False, "backend": None}
-    try:
-        body = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"{CONFIG_ENV} is not valid JSON ({exc}); it is set by the trcomp container: "
-            "unset it to run eager"
-        ) from None
-    return body if isinstance(body, dict) else {"enabled": False, "backend": None}
+def _config_from(text: str | None) -> RuntimeConfig:
+    return RuntimeConfig.from_json(text)
 
 
-def resolved_config() -> Mapping[str, Any]:
+def resolved_config() -> RuntimeConfig:
     """The resolved config the container exported (``TRCOMP_CONFIG``); compiler off if unset."""
     return _config_from(os.environ.get(CONFIG_ENV))
 
@@ -70,14 +61,14 @@ def resolved_config() -> Mapping[str, Any]:
 def backend() -> str | None:
     """``"xla"``, ``"inductor"`` or None (eager)."""
     config = resolved_config()
-    return config.get("backend") if config.get("enabled") else None
+    return config.backend if config.enabled else None
 
 
 def engine() -> str | None:
     """``"inductor"``, ``"torch_xla"``, ``"jax"`` or None (eager)."""
     name = backend()
     if name == "xla":
-        return str(resolved_config().get("engine") or "torch_xla")
+        return resolved_config().engine or "torch_xla"
     return name
 
 
@@ -118,32 +109,25 @@ def device() -> torch.device:
     return torch.device("cpu")
 
 
-def compile_kwargs(config: Mapping[str, Any], mode_options: Any = None) -> dict[str, Any]:
+def compile_kwargs(config: RuntimeConfig | Mapping[str, Any]) -> dict[str, Any]:
     """The ``torch.compile`` arguments for a resolved config (pure).
 
-    torch.compile refuses ``mode`` and ``options`` together, so when the config
-    has both, ``mode`` becomes the options it stands for
-    (``torch._inductor.list_mode_options``; ``mode_options`` replaces it in tests)
-    and the user's ``inductor_options`` are applied over them: reduce-overhead
-    keeps its CUDA graphs, max-autotune its autotuning, unless an option says
-    otherwise.
+    Only what differs from torch.compile's defaults: ``mode``, ``fullgraph``,
+    ``dynamic``. ``inductor_options`` are not among them: the job's start-up
+    hook applies them once, globally, to ``torch._inductor.config`` in every
+    process, so a ``runtime.compile`` script and an HF Trainer script (which
+    passes ``mode`` alone) compile with the same settings. Where ``mode`` sets
+    an option too, the mode's value holds for that compile, as in torch.compile.
     """
+    if not isinstance(config, RuntimeConfig):
+        config = RuntimeConfig.model_validate(dict(config))
     kwargs: dict[str, Any] = {"backend": "inductor"}
-    mode = config.get("mode", "default")
-    if mode != "default":
-        kwargs["mode"] = mode
-    if config.get("fullgraph"):
+    if config.mode != "default":
+        kwargs["mode"] = config.mode
+    if config.fullgraph:
         kwargs["fullgraph"] = True
-    if config.get("dynamic") is not None:
-        kwargs["dynamic"] = config["dynamic"]
-    if config.get("inductor_options"):
-        options: dict[str, Any] = {}
-        if "mode" in kwargs:
-            if mode_options is None:
-                from torch._inductor import list_mode_options as mode_options
-            options.update(mode_options(kwargs.pop("mode"), kwargs.get("dynamic")))
-        options.update(config["inductor_options"])
-        kwargs["options"] = options
+    if config.dynamic is not None:
+        kwargs["dynamic"] = config.dynamic
     return kwargs
 
 
@@ -152,7 +136,7 @@ def compile(model: torch.nn.Module) -> torch.nn.Module:
 
     Under xla the model is returned as is: torch-xla traces and compiles lazily.
     Only options that differ from torch.compile's defaults are passed; see
-    :func:`compile_kwargs` for ``mode`` together with ``inductor_options``.
+    :func:`compile_kwargs` for how ``inductor_options`` apply.
     """
     if backend() != "inductor":
         return model

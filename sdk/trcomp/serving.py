@@ -4,7 +4,7 @@ trcomp's image trains; it has no model server. ``create_model()`` and
 ``deploy()`` on a trcomp estimator therefore never hand the model the job's
 image: the model gets the SageMaker SDK's own inference image for the
 framework and versions (resolved by the SDK, offline, from its bundled
-tables), or, when the SDK has none, a :class:`~trcomp.errors.UnsupportedJobError`
+tables), or, when the SDK has none, a :class:`~trcomp.contract.errors.UnsupportedJobError`
 before anything is created, saying which argument to pass.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trcomp.errors import UnsupportedJobError
+from trcomp.contract.errors import UnsupportedJobError
 from trcomp.session import quiet_sagemaker
 
 quiet_sagemaker()

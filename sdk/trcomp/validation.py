@@ -8,43 +8,27 @@ AWS calls.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from trcomp.errors import CompilerConfigWarning, UnsupportedJobError
-from trcomp.gpus import warn_at_caller
-from trcomp.instances import describe_instance, supported_gpu_families
+from trcomp.caller import warn_at_caller
+from trcomp.contract.config import TrainingCompilerConfig
+from trcomp.contract.distribution import (
+    ACCEPTED_DISTRIBUTIONS,
+    PROCESS_PER_DEVICE,
+    REFUSED_DISTRIBUTIONS,
+    enabled_distributions,
+)
+from trcomp.contract.errors import CompilerConfigWarning, UnsupportedJobError
+from trcomp.contract.instances import (
+    MIN_COMPUTE_CAPABILITY,
+    describe_instance,
+    supported_gpu_families,
+)
 from trcomp.jobspec import JobSpec
 
-if TYPE_CHECKING:
-    from trcomp.config import TrainingCompilerConfig
-
-__all__ = [
-    "ACCEPTED_DISTRIBUTIONS",
-    "REFUSED_DISTRIBUTIONS",
-    "enabled_distributions",
-    "validate_job",
-]
+__all__ = ["validate_job"]
 
 logger = logging.getLogger("trcomp")
-
-ACCEPTED_DISTRIBUTIONS = ("torch_distributed", "pytorchddp", "pytorchxla")
-REFUSED_DISTRIBUTIONS = {
-    "smdistributed": "SageMaker's data/model parallel libraries patch the model in ways the "
-    "compiler cannot trace; use distribution={'torch_distributed': {'enabled': True}}",
-    "mpi": "MPI launches are not supported with the compiler; use "
-    "distribution={'torch_distributed': {'enabled': True}}",
-}
-
-
-def enabled_distributions(distribution: Mapping[str, Any] | None) -> list[str]:
-    """The distribution strategies an estimator turns on (``{"enabled": False}`` is off)."""
-    names = []
-    for name, options in (distribution or {}).items():
-        if isinstance(options, Mapping) and options.get("enabled") is False:
-            continue
-        names.append(name)
-    return names
 
 
 def _warn(message: str, issued: list[str]) -> None:
@@ -100,7 +84,7 @@ def _check_instance(
         _warn(
             f"trcomp does not know the instance family {info.family!r} ({info.instance_type}); "
             "the job will run as on an NVIDIA GPU instance. If the family is new, add it to "
-            "trcomp.instances.FAMILIES.",
+            "trcomp.contract.instances.FAMILIES.",
             issued,
         )
     if config.backend == "xla" and config.engine_for(nvidia_gpu=info.has_nvidia_gpu) == "jax":
@@ -121,8 +105,6 @@ def _check_instance(
 
 
 def _unusable_gpu_reason(info: Any) -> str:
-    from trcomp.instances import MIN_COMPUTE_CAPABILITY
-
     gpu = info.gpu
     if gpu is not None and gpu.vendor == "amd":
         why = (
@@ -160,7 +142,7 @@ def _check_jax_engine(spec: JobSpec, info: Any, issued: list[str]) -> None:
             "compile_step can trace. Use backend='inductor' (or 'auto') for HF Trainer scripts."
         )
     for name in enabled_distributions(spec.distribution):
-        if name in ("torch_distributed", "pytorchddp", "pytorchxla"):
+        if name in PROCESS_PER_DEVICE:
             raise UnsupportedJobError(
                 f"distribution {name!r} starts one process per device, but the jax engine of "
                 f"backend='xla' ({where}) drives all devices of a host from one process: drop "

@@ -10,7 +10,6 @@ measures the same helpers a user's loop calls. Only this file knows how.
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import sys
@@ -65,20 +64,21 @@ def backend_env(name: str, cache_dir: Path, base: Mapping[str, str]) -> dict[str
     ``cache_dir`` holds this backend's compile caches: a fresh directory gives a
     cold start, the same directory again a warm one. ``base`` is copied, not changed.
     """
+    from trcomp.contract.runtime_config import RuntimeConfig
     from trcomp_container.backends import inductor, xla
     from trcomp_container.backends import jax as jax_engine
 
     spec = get_backend(name)
     env = dict(base)
-    # The TRCOMP_CONFIG body the container would export (see trcomp.runtime).
-    config: dict[str, Any] = {"enabled": spec.compiler != "eager", "backend": None}
+    # The TRCOMP_CONFIG the container would export (see trcomp.runtime).
+    config = RuntimeConfig()
     if spec.engine == "jax":
-        config.update(backend="xla", engine="jax")
+        config = RuntimeConfig(enabled=True, backend="xla", engine="jax")
         env.update(USE_TORCH_XLA="0", XLA_PYTHON_CLIENT_PREALLOCATE="false")
         env.pop("PJRT_DEVICE", None)
         env.update(jax_engine.cache_environment(cache_dir))
     elif spec.compiler == "xla":
-        config["backend"] = "xla"
+        config = RuntimeConfig(enabled=True, backend="xla", engine="torch_xla")
         env["USE_TORCH_XLA"] = "1"
         env.setdefault("PJRT_DEVICE", "CPU")
         env.update(xla.cache_environment(cache_dir))  # the container's cache layout
@@ -87,9 +87,11 @@ def backend_env(name: str, cache_dir: Path, base: Mapping[str, str]) -> dict[str
         env["USE_TORCH_XLA"] = "0"
         env.pop("PJRT_DEVICE", None)
         if spec.compiler == "inductor":
-            config.update(backend="inductor", mode=spec.mode)
+            config = RuntimeConfig.model_validate(
+                {"enabled": True, "backend": "inductor", "engine": "inductor", "mode": spec.mode}
+            )
         env.update(inductor.cache_environment(cache_dir))
-    env["TRCOMP_CONFIG"] = json.dumps(config, sort_keys=True)
+    env.update(config.to_env())
     return env
 
 

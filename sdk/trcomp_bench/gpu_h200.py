@@ -149,9 +149,10 @@ def jax_environment(cache_dir: Path, dry_run: bool) -> dict[str, str]:
     The same settings the container exports for a job (``TRCOMP_CONFIG``, a
     persistent cache that keeps every program, no GPU preallocation).
     """
-    config = {"enabled": True, "backend": "xla", "engine": "jax"}
+    from trcomp.contract.runtime_config import RuntimeConfig
+
     return {
-        "TRCOMP_CONFIG": json.dumps(config),
+        **RuntimeConfig(enabled=True, backend="xla", engine="jax").to_env(),
         "JAX_PLATFORMS": "cpu" if dry_run else "cuda",
         "JAX_COMPILATION_CACHE_DIR": str(cache_dir.resolve()),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trcomp.contract.runtime_config import RuntimeConfig
 from trcomp_bench.backends import BACKENDS, backend_env, get_backend
 from trcomp_bench.batchsize import scale_learning_rate, search_max_batch_size
 from trcomp_bench.results import (
@@ -93,18 +94,16 @@ def test_backend_env_cold_and_warm_share_nothing_but_the_cache_dir(tmp_path: Pat
     inductor = backend_env("inductor", tmp_path / "a", base)
     assert inductor["USE_TORCH_XLA"] == "0" and "PJRT_DEVICE" not in inductor
     assert inductor["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "a" / "inductor")
-    assert json.loads(inductor["TRCOMP_CONFIG"]) == {
-        "enabled": True,
-        "backend": "inductor",
-        "mode": "default",
-    }
+    assert RuntimeConfig.from_env(inductor) == RuntimeConfig(
+        enabled=True, backend="inductor", engine="inductor"
+    )
     xla = backend_env("xla", tmp_path / "b", {"PATH": "/bin"})
     assert xla["PJRT_DEVICE"] == "CPU" and xla["USE_TORCH_XLA"] == "1"
     assert xla["XLA_PERSISTENT_CACHE_PATH"] == str(tmp_path / "b" / "xla")
-    eager = json.loads(backend_env("eager", tmp_path, base)["TRCOMP_CONFIG"])
-    assert eager == {"enabled": False, "backend": None}
-    tuned = json.loads(backend_env("inductor-max-autotune", tmp_path, base)["TRCOMP_CONFIG"])
-    assert tuned["mode"] == "max-autotune"
+    eager = RuntimeConfig.from_env(backend_env("eager", tmp_path, base))
+    assert eager == RuntimeConfig(enabled=False, backend=None)
+    tuned = RuntimeConfig.from_env(backend_env("inductor-max-autotune", tmp_path, base))
+    assert tuned.mode == "max-autotune"
     assert base == {"PATH": "/bin", "PJRT_DEVICE": "CPU", "USE_TORCH_XLA": "1"}
     assert set(BACKENDS) >= {"eager", "inductor", "xla"}
     with pytest.raises(ValueError, match="use one of eager"):
@@ -113,11 +112,7 @@ def test_backend_env_cold_and_warm_share_nothing_but_the_cache_dir(tmp_path: Pat
 
 def test_backend_env_for_the_jax_engine(tmp_path: Path) -> None:
     jax = backend_env("jax", tmp_path / "c", {"PATH": "/bin", "PJRT_DEVICE": "CPU"})
-    assert json.loads(jax["TRCOMP_CONFIG"]) == {
-        "enabled": True,
-        "backend": "xla",
-        "engine": "jax",
-    }
+    assert RuntimeConfig.from_env(jax) == RuntimeConfig(enabled=True, backend="xla", engine="jax")
     assert jax["USE_TORCH_XLA"] == "0" and "PJRT_DEVICE" not in jax
     assert jax["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "c" / "jax")
     assert jax["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"

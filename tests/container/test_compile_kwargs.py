@@ -1,8 +1,26 @@
-"""runtime.compile's torch.compile arguments: mode and inductor_options together."""
+"""One config, one behaviour: runtime.compile and an HF script compile with the same settings.
+
+``inductor_options`` are applied once, globally, by the start-up hook; ``mode``
+is passed to torch.compile as ``mode`` by runtime.compile and by Accelerate
+alike. These tests run the real hook and the real torch.compile on CPU and read
+the inductor config that was in effect while each graph compiled.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trcomp.contract.config import TrainingCompilerConfig
+from trcomp.contract.runtime_config import RuntimeConfig
 from trcomp.runtime import compile_kwargs
+from trcomp_container.backends import inductor
+from trcomp_container.environment import HOOK_DIR
 
 
 def test_only_changed_fields_are_passed() -> None:
@@ -15,31 +33,63 @@ def test_only_changed_fields_are_passed() -> None:
     }
 
 
-def test_mode_with_options_keeps_what_the_mode_means() -> None:
-    # torch.compile refuses mode and options together: the mode becomes its options.
-    kwargs = compile_kwargs(
-        {"mode": "reduce-overhead", "inductor_options": {"epilogue_fusion": False}}
+def test_mode_stays_mode_and_options_are_left_to_the_hook() -> None:
+    config = RuntimeConfig(mode="reduce-overhead", inductor_options={"epilogue_fusion": False})
+    assert compile_kwargs(config) == {"backend": "inductor", "mode": "reduce-overhead"}
+
+
+# Records the inductor settings in effect while each graph compiles (post-grad pass).
+PROBE = """
+import json, torch
+import torch._inductor.config as inductor_config
+from torch._inductor.custom_graph_pass import CustomGraphPass
+from trcomp import runtime
+
+KEYS = ("epilogue_fusion", "triton.cudagraphs", "max_autotune")
+seen = []
+
+class Record(CustomGraphPass):
+    def __call__(self, graph):
+        config = inductor_config.get_config_copy()
+        seen.append({key: config[key] for key in KEYS})
+
+    def uuid(self):
+        return None
+
+inductor_config.post_grad_custom_pre_pass = Record()
+x = torch.randn(4, 8)
+with torch.no_grad():
+    runtime.compile(torch.nn.Linear(8, 8))(x)  # a trcomp.runtime script
+    torch._dynamo.reset()
+    # what Accelerate does with ACCELERATE_DYNAMO_MODE
+    torch.compile(torch.nn.Linear(8, 8), backend="inductor", mode=runtime.resolved_config().mode)(x)
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.slow
+def test_runtime_compile_and_an_hf_script_see_the_same_inductor_config(tmp_path: Path) -> None:
+    # triton.cudagraphs contradicts the mode: both kinds of script must settle it alike.
+    options = {"epilogue_fusion": False, "triton.cudagraphs": False}
+    config = TrainingCompilerConfig(
+        backend="inductor", mode="reduce-overhead", inductor_options=options
     )
-    assert kwargs == {
-        "backend": "inductor",
-        "options": {"triton.cudagraphs": True, "epilogue_fusion": False},
-    }
-
-
-def test_the_users_options_win_over_the_modes() -> None:
-    kwargs = compile_kwargs(
-        {"mode": "max-autotune", "inductor_options": {"triton.cudagraphs": False}}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRCOMP_")}
+    env.update(inductor.environment(config))  # TRCOMP_INDUCTOR_OPTIONS, as the container sets it
+    env.update(RuntimeConfig.resolved(config, backend="inductor", engine="inductor").to_env())
+    env.update(
+        PYTHONPATH=str(HOOK_DIR),
+        TRCOMP_METRICS_DIR=str(tmp_path / "ranks"),
+        TORCHINDUCTOR_FX_GRAPH_CACHE="0",
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
     )
-    assert kwargs["options"]["triton.cudagraphs"] is False
-    assert kwargs["options"]["max_autotune"] is True
-    assert "mode" not in kwargs
-
-
-def test_compiling_with_both_is_accepted_by_torch() -> None:
-    import torch
-
-    kwargs = compile_kwargs(
-        {"mode": "reduce-overhead", "inductor_options": {"epilogue_fusion": False}}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=300
     )
-    compiled = torch.compile(torch.nn.Linear(2, 2), **kwargs)  # no "mode and options" error
-    assert type(compiled).__name__ == "OptimizedModule"
+    assert done.returncode == 0, done.stderr[-3000:]
+    runtime_script, hf_script = json.loads(done.stdout.strip().splitlines()[-1])
+    assert runtime_script == hf_script
+    # the user's option, applied by the hook; where the mode sets one too, the mode's holds
+    assert runtime_script["epilogue_fusion"] is False
+    assert runtime_script["triton.cudagraphs"] is True
+    assert runtime_script["max_autotune"] is False

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from trcomp.config import TrainingCompilerConfig
-from trcomp.metrics import parse_metrics
+from trcomp.contract.metrics import parse_metrics
 from trcomp_container.cache import is_transient
 
 pytestmark = pytest.mark.slow

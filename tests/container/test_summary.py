@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from trcomp.metrics import parse_metrics
+from trcomp.contract.metrics import parse_metrics
 from trcomp_container.summary import (
     build_summary,
     metric_lines,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trcomp.errors import LocalModeError
+from trcomp.contract.errors import LocalModeError
 from trcomp.image.build import (
     OFFLINE_BASE_IMAGE,
     build_image,

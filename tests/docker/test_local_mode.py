@@ -123,7 +123,7 @@ def test_two_containers_train_one_ddp_job(
 def test_failing_script_shows_its_reason(
     image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None
 ) -> None:
-    from trcomp.errors import LocalModeError
+    from trcomp.contract.errors import LocalModeError
 
     estimator = _estimator(job_dirs, role, hyperparameters={"fail-with": "learning rate 42 is mad"})
     with pytest.raises(LocalModeError, match="learning rate 42 is mad") as caught:

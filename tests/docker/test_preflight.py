@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trcomp.errors import LocalModeError
+from trcomp.contract.errors import LocalModeError
 from trcomp.local.docker import JOB_LABEL, compose_command, preflight
 
 needs_docker_cli = pytest.mark.skipif(shutil.which("docker") is None, reason="no docker CLI")

@@ -24,8 +24,8 @@ from sagemaker.training_compiler.config import TrainingCompilerConfig as AwsConf
 
 import trcomp
 from trcomp import CompilerConfigWarning, TrainingCompilerConfig, UnsupportedJobError
+from trcomp.contract.instances import FAMILIES, GPUS, MIN_COMPUTE_CAPABILITY, describe_instance
 from trcomp.image.uris import IMAGES, check_versions, image_tag, versions_from_image
-from trcomp.instances import FAMILIES, GPUS, MIN_COMPUTE_CAPABILITY, describe_instance
 from trcomp.remote import CredentialLeakError, prepare_remote_job
 
 AWS_CLASSES = [AwsConfig, AwsPyTorchConfig, AwsHuggingFaceConfig]

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trcomp import CompilerConfigError, TrainingCompilerConfig
-from trcomp.config import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY
-from trcomp.errors import HyperparameterLimitError, TrcompError
+from trcomp.contract.errors import HyperparameterLimitError, TrcompError
+from trcomp.contract.keys import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY
 
 
 def test_default_config_sends_what_the_aws_sdk_sends() -> None:

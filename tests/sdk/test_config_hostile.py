@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from trcomp.config import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY, TrainingCompilerConfig
-from trcomp.errors import CompilerConfigError
+from trcomp.config import TrainingCompilerConfig
+from trcomp.contract.errors import CompilerConfigError
+from trcomp.contract.keys import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY
 
 HUGE = 5_000_000
 

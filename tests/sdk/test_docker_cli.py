@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from trcomp import docker_cli
-from trcomp.errors import LocalModeError
+from trcomp.contract.errors import LocalModeError
 
 
 def _path(tmp_path: Path, **scripts: str) -> str:

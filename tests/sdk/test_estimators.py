@@ -16,9 +16,9 @@ from trcomp import (
     PyTorch,
     TrainingCompilerConfig,
 )
-from trcomp.config import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY
+from trcomp.contract.keys import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY
+from trcomp.contract.metrics import METRICS
 from trcomp.image.uris import LOCAL_IMAGE, device_for_instance, image_tag, remote_image_uri
-from trcomp.metrics import METRICS
 
 
 def test_import_trcomp_is_light() -> None:

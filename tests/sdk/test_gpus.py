@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 from trcomp import CompilerConfigWarning, PyTorch, TrainingCompilerConfig
-from trcomp.gpus import gpu_count
+from trcomp.contract.instances import gpu_count
 
 
 @pytest.mark.parametrize(

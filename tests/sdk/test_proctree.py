@@ -11,7 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
-from trcomp.proctree import TreeProcess, descendants, grace_s, outer_grace_s
+from trcomp.contract.proctree import TreeProcess, descendants, grace_s, outer_grace_s
 
 
 def _with_marker(marker: str) -> list[int]:
@@ -68,7 +68,7 @@ def test_child_gets_the_parent_death_signal() -> None:
     # The marker travels in the environment: only the child's command line holds it.
     starter = textwrap.dedent("""
         import os, sys, time
-        from trcomp.proctree import TreeProcess
+        from trcomp.contract.proctree import TreeProcess
         sleeper = [sys.executable, "-c", "import time; time.sleep(600)", os.environ["MARKER"]]
         TreeProcess(sleeper)
         time.sleep(600)

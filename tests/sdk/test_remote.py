@@ -33,9 +33,9 @@ from sagemaker import image_uris
 from sagemaker.huggingface import HuggingFaceModel
 
 import trcomp
-from trcomp.errors import UnsupportedJobError
+from trcomp.contract.errors import UnsupportedJobError
+from trcomp.contract.metrics import metric_definitions
 from trcomp.image.uris import image_tag
-from trcomp.metrics import metric_definitions
 from trcomp.remote import CredentialLeakError, default_checkpoint_uri, remote_session
 
 DATA_BUCKET = "trcomp-test-data"

@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 from trcomp import CompilerConfigWarning, PyTorch, TrainingCompilerConfig, UnsupportedJobError
-from trcomp.instances import FAMILIES, describe_instance
+from trcomp.contract.instances import FAMILIES, describe_instance
 
 
 def make(session, role, instance_type="ml.g5.2xlarge", config=None, **kwargs):

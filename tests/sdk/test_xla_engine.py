@@ -8,8 +8,8 @@ import warnings
 import pytest
 
 from trcomp import CompilerConfigWarning, HuggingFace, PyTorch, TrainingCompilerConfig
-from trcomp.config import CONFIG_KEY
-from trcomp.errors import CompilerConfigError, UnsupportedJobError
+from trcomp.contract.errors import CompilerConfigError, UnsupportedJobError
+from trcomp.contract.keys import CONFIG_KEY
 
 
 def make(session, role, instance_type, config, cls=PyTorch, **kwargs):

@@ -8,16 +8,12 @@ job never trains on CPU while its GPUs sit idle.
 
 from __future__ import annotations
 
-from typing import Literal
-
-from trcomp.config import TrainingCompilerConfig
+from trcomp.contract.config import TrainingCompilerConfig
+from trcomp.contract.runtime_config import ConcreteBackend, Engine
 from trcomp_container.devices import Devices
 from trcomp_container.failures import ExitCode, JobFailed
 
 __all__ = ["ConcreteBackend", "Engine", "resolve_backend", "resolve_engine"]
-
-ConcreteBackend = Literal["xla", "inductor"]
-Engine = Literal["inductor", "torch_xla", "jax"]
 
 
 def resolve_backend(config: TrainingCompilerConfig, devices: Devices) -> ConcreteBackend | None:

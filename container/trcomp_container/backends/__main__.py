@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from trcomp.config import TrainingCompilerConfig
+from trcomp.contract.config import TrainingCompilerConfig
 from trcomp_container.backends import resolve_backend
 from trcomp_container.devices import Devices, detect_devices, list_gpus, parse_gpu_listing
 

@@ -3,6 +3,8 @@
 Unmodified HF Trainer and Accelerate scripts compile through the
 ``ACCELERATE_DYNAMO_*`` variables; :mod:`trcomp.runtime` scripts through
 ``TRCOMP_CONFIG``. Only fields the user changed from the defaults are passed.
+``inductor_options`` reach both kinds the same way, once: the start-up hook
+applies ``TRCOMP_INDUCTOR_OPTIONS`` to ``torch._inductor.config`` in every process.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trcomp.config import TrainingCompilerConfig
+from trcomp.contract.config import TrainingCompilerConfig
+from trcomp.contract.keys import INDUCTOR_OPTIONS_ENV
 
 __all__ = ["cache_environment", "compile_threads", "debug_environment", "environment"]
 
@@ -29,7 +32,7 @@ def environment(config: TrainingCompilerConfig) -> dict[str, str]:
     if config.dynamic is not None:
         env["ACCELERATE_DYNAMO_USE_DYNAMIC"] = str(config.dynamic)
     if config.inductor_options:
-        env["TRCOMP_INDUCTOR_OPTIONS"] = json.dumps(config.inductor_options, sort_keys=True)
+        env[INDUCTOR_OPTIONS_ENV] = json.dumps(config.inductor_options, sort_keys=True)
     return env
 
 

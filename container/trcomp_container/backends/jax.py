@@ -19,7 +19,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from trcomp.config import TrainingCompilerConfig
+from trcomp.contract.config import TrainingCompilerConfig
 from trcomp_container.backends.xla import merge_xla_flags
 from trcomp_container.devices import Devices
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from trcomp.config import TrainingCompilerConfig
+from trcomp.contract.config import TrainingCompilerConfig
 from trcomp_container.devices import Devices
 
 __all__ = [

@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(args.verbose)
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from trcomp.errors import TrcompError
+    from trcomp.contract.errors import TrcompError
 
     try:
         return int(args.func(args))

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from trcomp._sdk_compat import current_job_name
-from trcomp.errors import TrcompError
-from trcomp.instances import DOCKER_LOCAL_MODES, PROCESS_MODE
+from trcomp.contract.errors import TrcompError
+from trcomp.contract.instances import DOCKER_LOCAL_MODES, PROCESS_MODE
 
 __all__ = ["LOCAL_ROLE", "EstimatorSpec", "estimator_spec", "parse_pairs", "register", "run"]
 

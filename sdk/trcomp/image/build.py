@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from trcomp import docker_cli
-from trcomp.errors import LocalModeError
+from trcomp.contract.errors import LocalModeError
 from trcomp.image.uris import LOCAL_IMAGE
 
 __all__ = [
@@ -280,7 +280,7 @@ def run_build(
 
     Docker's output streams to the terminal. ``offline`` builds on
     :data:`OFFLINE_BASE_IMAGE` (or ``base_image``), made first by
-    ``container/build_base.sh``. Raises :class:`~trcomp.errors.LocalModeError`
+    ``container/build_base.sh``. Raises :class:`~trcomp.contract.errors.LocalModeError`
     when Docker is missing or a step fails.
     """
     docker_cli.require_docker(

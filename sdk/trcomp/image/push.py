@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from trcomp import docker_cli
-from trcomp.errors import TrcompError
+from trcomp.contract.errors import TrcompError
 from trcomp.image.uris import REPOSITORY
 
 __all__ = ["EcrLogin", "aws_target", "ecr_login", "push_commands", "push_image"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from trcomp._version import __version__
-from trcomp.errors import UnsupportedJobError
+from trcomp.contract.errors import UnsupportedJobError
 
 __all__ = [
     "DEFAULT_FRAMEWORK_VERSION",
@@ -93,7 +93,7 @@ def check_versions(
 
 def device_for_instance(instance_type: str | None) -> Device:
     """``gpu`` for NVIDIA GPU families and ``local_gpu``, else ``cpu``."""
-    from trcomp.instances import describe_instance
+    from trcomp.contract.instances import describe_instance
 
     if not instance_type:
         return "cpu"

@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from trcomp._sdk_compat import extra_training_volume
-from trcomp.errors import LocalModeError
+from trcomp.contract.errors import LocalModeError
 from trcomp.jobspec import JobSpec
 from trcomp.local import local_path
 
@@ -46,7 +46,7 @@ def checkpoint_mount(spec: JobSpec) -> Iterator[Path | None]:
     """Mount a ``file://`` checkpoint dir into the job's containers inside this block.
 
     Yields the host directory (None when the job keeps no checkpoints). Raises
-    :class:`~trcomp.errors.LocalModeError` before the job for an S3 URI, which
+    :class:`~trcomp.contract.errors.LocalModeError` before the job for an S3 URI, which
     local mode cannot sync.
     """
     uri = spec.checkpoint_s3_uri

@@ -24,7 +24,7 @@ The estimators wrap the SDK's ``fit()`` in :func:`docker_job`, which
    (:func:`shm_size`; Docker's default of 64 MB breaks NCCL between GPUs and
    DataLoader workers), both through the session's ``local.container_config``,
    and keeps the SDK's scratch files in a directory of its own;
-4. turns a failed run into a :class:`~trcomp.errors.LocalJobFailed` carrying
+4. turns a failed run into a :class:`~trcomp.contract.errors.LocalJobFailed` carrying
    the job's own failure reason (``/opt/ml/output/failure``, which local mode
    copies into ``output.tar.gz``) and exit code;
 5. stops and removes the job's containers on the way out: on Ctrl-C and
@@ -58,15 +58,15 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from trcomp._sdk_compat import new_job_name
 from trcomp.checkpoints import checkpoint_environment
+from trcomp.contract.errors import JobInterrupted, JobTerminated, LocalJobFailed
+from trcomp.contract.proctree import outer_grace_s
 from trcomp.docker_cli import compose_command, run_docker
-from trcomp.errors import JobInterrupted, JobTerminated, LocalJobFailed
 from trcomp.jobspec import JobSpec, SdkView
 from trcomp.local import local_path
 from trcomp.local.checkpoints import checkpoint_mount
 from trcomp.local.docker_checks import preflight
 from trcomp.local.docker_stop import JOB_LABEL, remove_containers, stop_on_signals, watch
 from trcomp.local.job_checks import LocalJobChecks, check_local_job, claim_job_dir
-from trcomp.proctree import outer_grace_s
 
 if TYPE_CHECKING:
     from sagemaker.estimator import EstimatorBase
@@ -299,10 +299,10 @@ def docker_job(
     Use as ``with docker_job(spec, self, inputs, job_name) as (name, view): ...
     super().fit(..., job_name=name)`` with the SDK reading ``view`` (the job's
     output folder, no S3 checkpoint settings, the extra environment). Raises
-    :class:`~trcomp.errors.LocalModeError` before the job when it cannot start,
-    :class:`~trcomp.errors.LocalJobFailed` instead of the SDK's compose error
-    when the job fails, and :class:`~trcomp.errors.JobInterrupted` (Ctrl-C) or
-    :class:`~trcomp.errors.JobTerminated` (SIGTERM) once a stopped job's
+    :class:`~trcomp.contract.errors.LocalModeError` before the job when it cannot start,
+    :class:`~trcomp.contract.errors.LocalJobFailed` instead of the SDK's compose error
+    when the job fails, and :class:`~trcomp.contract.errors.JobInterrupted` (Ctrl-C) or
+    :class:`~trcomp.contract.errors.JobTerminated` (SIGTERM) once a stopped job's
     containers are gone.
     """
 

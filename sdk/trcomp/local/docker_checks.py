@@ -11,8 +11,8 @@ import os
 import shutil
 
 from trcomp import docker_cli
-from trcomp.errors import LocalModeError
-from trcomp.instances import DOCKER_LOCAL_MODES
+from trcomp.contract.errors import LocalModeError
+from trcomp.contract.instances import DOCKER_LOCAL_MODES
 
 __all__ = ["preflight"]
 

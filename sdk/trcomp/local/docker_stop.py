@@ -4,7 +4,7 @@ Every container of a job carries the label ``JOB_LABEL=<job id>``; stopping the
 job means ``docker stop`` on those containers (SIGTERM to the image's
 entrypoint, which passes it to ``train``, whose runner gives the script its
 grace period), with a timeout longer than that grace period so the grace
-periods nest (:func:`trcomp.proctree.outer_grace_s`).
+periods nest (:func:`trcomp.contract.proctree.outer_grace_s`).
 
 The SDK runs docker compose itself, so ``fit()`` cannot make compose a child
 that dies with it. :func:`watch` starts a small watcher process instead: it
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from trcomp import docker_cli
-from trcomp.proctree import StopOnSignals, TreeProcess
+from trcomp.contract.proctree import StopOnSignals, TreeProcess
 
 __all__ = [
     "JOB_LABEL",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trcomp.errors import LocalModeError
+from trcomp.contract.errors import LocalModeError
 from trcomp.jobspec import JobSpec
 from trcomp.local import local_path
 

@@ -9,8 +9,8 @@ the folder SageMaker uses, so no job overwrites another's artifacts.
 
 Ctrl-C or SIGTERM stops the job as StopTrainingJob would (SIGTERM, SIGKILL after
 the grace period; a second Ctrl-C kills it at once), packs what it saved, and
-raises :class:`~trcomp.errors.JobInterrupted` (SIGTERM:
-:class:`~trcomp.errors.JobTerminated`). If the ``fit()`` process dies, the job
+raises :class:`~trcomp.contract.errors.JobInterrupted` (SIGTERM:
+:class:`~trcomp.contract.errors.JobTerminated`). If the ``fit()`` process dies, the job
 gets SIGTERM from the kernel (parent-death signal) and stops itself.
 """
 
@@ -34,11 +34,11 @@ from sagemaker.exceptions import UnexpectedStatusException
 
 from trcomp._sdk_compat import new_job_name, set_current_job_name
 from trcomp.checkpoints import checkpoint_environment
-from trcomp.errors import JobInterrupted, JobTerminated, LocalModeError
+from trcomp.contract.errors import JobInterrupted, JobTerminated, LocalModeError
+from trcomp.contract.proctree import TreeProcess, outer_grace_s
 from trcomp.jobspec import JobSpec
 from trcomp.local import local_path
 from trcomp.local.job_checks import check_local_job, claim_job_dir
-from trcomp.proctree import TreeProcess, outer_grace_s
 
 if TYPE_CHECKING:
     from sagemaker.estimator import EstimatorBase

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trcomp.checkpoints import checkpoint_environment
-from trcomp.distribution import distribution_hyperparameters
-from trcomp.errors import UnsupportedJobError
-from trcomp.hyperparameters import check_limits
-from trcomp.instances import DOCKER_LOCAL_MODES
+from trcomp.contract.distribution import distribution_hyperparameters
+from trcomp.contract.errors import UnsupportedJobError
+from trcomp.contract.instances import DOCKER_LOCAL_MODES
+from trcomp.contract.limits import check_limits
 from trcomp.jobspec import JobSpec
 
 if TYPE_CHECKING:

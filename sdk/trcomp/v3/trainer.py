@@ -25,7 +25,7 @@ from sagemaker.train.model_trainer import ModelTrainer as _V3ModelTrainer
 
 from trcomp.checkpoints import checkpoint_environment, default_checkpoint_location
 from trcomp.config import TrainingCompilerConfig
-from trcomp.errors import TrcompError, UnsupportedJobError
+from trcomp.contract.errors import TrcompError, UnsupportedJobError
 from trcomp.image.uris import (
     DEFAULT_FRAMEWORK_VERSION,
     device_for_instance,

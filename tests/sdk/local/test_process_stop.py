@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 GRACE_S = 2
 # The runner kills the script GRACE_S after SIGTERM; fit() waits 10 s more
-# (trcomp.proctree.GRACE_MARGIN_S) before it kills the whole tree itself.
+# (trcomp.contract.proctree.GRACE_MARGIN_S) before it kills the whole tree itself.
 WITHIN_S = GRACE_S + 10 + 5
 
 SCRIPT = """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from trcomp.errors import HyperparameterLimitError
+from trcomp.contract.errors import HyperparameterLimitError
 
 __all__ = ["MAX_COUNT", "MAX_KEY_LENGTH", "MAX_VALUE_LENGTH", "check_limits"]
 

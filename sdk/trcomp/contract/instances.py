@@ -1,4 +1,8 @@
-"""What trcomp knows about SageMaker instance types: one table, easy to extend."""
+"""What trcomp knows about SageMaker instance types: one table, easy to extend.
+
+Pure data and pure functions: the SDK checks jobs with it, the container reads
+GPU counts and EFA families from it.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from typing import Literal
 
 __all__ = [
     "DOCKER_LOCAL_MODES",
+    "EFA_RDMA_FAMILIES",
     "FAMILIES",
     "GPUS",
     "MIN_COMPUTE_CAPABILITY",
@@ -15,6 +20,8 @@ __all__ = [
     "InstanceInfo",
     "InstanceKind",
     "describe_instance",
+    "gpu_count",
+    "single_process_warning",
     "supported_gpu_families",
 ]
 
@@ -136,3 +143,50 @@ def describe_instance(instance_type: str) -> InstanceInfo:
     parts = instance_type.split(".")
     family = parts[1] if len(parts) == 3 and parts[0] == "ml" else instance_type
     return InstanceInfo(instance_type, family, FAMILIES.get(family, "unknown"))
+
+
+# family -> {size: GPUs}; "*" is every other size of that family.
+_GPUS: dict[str, dict[str, int]] = {
+    "p3": {"2xlarge": 1, "8xlarge": 4, "16xlarge": 8},
+    "p3dn": {"24xlarge": 8},
+    "g4dn": {"12xlarge": 4, "metal": 8, "*": 1},
+    "g5": {"12xlarge": 4, "24xlarge": 4, "48xlarge": 8, "*": 1},
+    "g6": {"12xlarge": 4, "24xlarge": 4, "48xlarge": 8, "*": 1},
+    "g6e": {"12xlarge": 4, "24xlarge": 4, "48xlarge": 8, "*": 1},
+    "p4d": {"24xlarge": 8},
+    "p4de": {"24xlarge": 8},
+    "p5": {"4xlarge": 1, "48xlarge": 8},
+    "p5e": {"48xlarge": 8},
+    "p5en": {"48xlarge": 8},
+}
+
+EFA_RDMA_FAMILIES = frozenset({"p4d", "p4de", "p5", "p5e", "p5en"})
+"""Families whose EFA adapters do RDMA (``FI_EFA_USE_DEVICE_RDMA=1``)."""
+
+
+def gpu_count(instance_type: object) -> int | None:
+    """NVIDIA GPUs of ``ml.<family>.<size>``; None when unknown (local modes, CPU, new types).
+
+    A SageMaker Pipelines variable (not a str) is unknown until the pipeline runs.
+    """
+    if not isinstance(instance_type, str) or not instance_type:
+        return None
+    parts = instance_type.split(".")
+    if len(parts) != 3 or parts[0] != "ml":
+        return None
+    sizes = _GPUS.get(parts[1])
+    if sizes is None:
+        return None
+    return sizes.get(parts[2], sizes.get("*"))
+
+
+def single_process_warning(instance_type: str | None, gpus: int) -> str:
+    """The warning for one training process on a host with ``gpus`` GPUs (``gpus`` > 1)."""
+    where = f"{instance_type} has" if instance_type else "this host has"
+    return (
+        f"{where} {gpus} GPUs but the job has no distribution, so it starts one process "
+        f"that trains on 1 of {gpus} GPUs (HF Trainer would fall back to the slower "
+        "nn.DataParallel). To use all of them, pass "
+        "distribution={'torch_distributed': {'enabled': True}}: one process per GPU "
+        "under torchrun."
+    )

@@ -1,0 +1,328 @@
+"""``TrainingCompilerConfig``: the one switch, and its hyperparameter codec.
+
+The same pydantic model is used on both sides of a job: the SDK serializes it
+into the job's hyperparameters (:meth:`TrainingCompilerConfig.to_hyperparameters`)
+and the container rebuilds it (:meth:`TrainingCompilerConfig.from_hyperparameters`).
+The SDK's ``trcomp.TrainingCompilerConfig`` subclasses this model to add the
+checks against an estimator (:mod:`trcomp.config`); this one knows no estimator.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from trcomp._version import __version__
+from trcomp.contract.errors import CompilerConfigError
+from trcomp.contract.instances import supported_gpu_families
+from trcomp.contract.keys import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY, VERSION_FIELD
+from trcomp.contract.limits import check_limits
+
+__all__ = [
+    "Backend",
+    "Fallback",
+    "InductorValue",
+    "Mode",
+    "TrainingCompilerConfig",
+    "XlaEngine",
+]
+
+Backend = Literal["auto", "xla", "inductor"]
+Mode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+Fallback = Literal["eager", "fail"]
+XlaEngine = Literal["auto", "torch_xla", "jax"]
+InductorValue = bool | int | float | str
+
+# Matched with fullmatch: "$" would accept a trailing newline.
+_XLA_FLAG = re.compile(r"--xla_[a-z0-9_]+(=\S+)?")
+_INDUCTOR_KEY = re.compile(r"[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*")
+# Values echoed in error messages are cut to this many characters.
+_SHOWN_CHARS = 80
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut to a readable length (a value may be megabytes long)."""
+    text = repr(value)
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    return f"{text[: _SHOWN_CHARS - 20]}... ({len(text):,} characters)"
+
+
+class TrainingCompilerConfig(BaseModel):
+    """Turn the training compiler on for a SageMaker-style job.
+
+    Pass it as ``compiler_config=`` to :class:`trcomp.PyTorch`,
+    :class:`trcomp.HuggingFace` or :class:`trcomp.Estimator`. In the container
+    each field becomes environment variables (see docs/environment.md).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    # The AWS class's attributes, same names and meaning (docs/migration.md).
+    HP_ENABLE_COMPILER: ClassVar[str] = ENABLED_KEY
+    HP_ENABLE_DEBUG: ClassVar[str] = DEBUG_KEY
+    HP_CONFIG: ClassVar[str] = CONFIG_KEY
+    """trcomp's third hyperparameter: the whole config as one JSON object."""
+    DEBUG_PATH: ClassVar[str] = "/opt/ml/output/data/compiler/"
+    SUPPORTED_INSTANCE_CLASS_PREFIXES: ClassVar[list[str]] = supported_gpu_families()
+    """The NVIDIA GPU families trcomp knows; others are refused or warned about."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Compile the training script. False runs it eager. "
+        "Hyperparameter `sagemaker_training_compiler_enabled`.",
+    )
+    debug: bool = Field(
+        default=False,
+        description="Write compiler logs, graphs and metrics to "
+        "/opt/ml/output/data/compiler/ (they end up in output.tar.gz). "
+        "Hyperparameter `sagemaker_training_compiler_debug_mode`.",
+    )
+    backend: Backend = Field(
+        default="auto",
+        description="Which compiler: `inductor` (torch.compile), `xla` (torch-xla), or "
+        "`auto`: inductor on NVIDIA GPUs, xla on TPUs, and inductor on CPU so that "
+        "local runs exercise the compiler the GPU job will use. Env `TRCOMP_BACKEND`.",
+    )
+    mode: Mode = Field(
+        default="default",
+        description="torch.compile mode (inductor only; any other value with "
+        "backend='xla' is an error). Env `ACCELERATE_DYNAMO_MODE`.",
+    )
+    fullgraph: bool = Field(
+        default=False,
+        description="torch.compile fullgraph: a graph break becomes an error instead of a "
+        "silent fallback (inductor only). Env `ACCELERATE_DYNAMO_USE_FULLGRAPH`.",
+    )
+    dynamic: bool | None = Field(
+        default=None,
+        description="torch.compile dynamic shapes: None lets torch decide after the first "
+        "recompile, True compiles shape-generic graphs at once, False never does "
+        "(inductor only). Env `ACCELERATE_DYNAMO_USE_DYNAMIC`.",
+    )
+    cache: bool = Field(
+        default=True,
+        description="Keep compile caches under /opt/ml/checkpoints/ so the next job that "
+        "uses the same checkpoint location starts warm.",
+    )
+    fallback: Fallback = Field(
+        default="eager",
+        description="What the container does when the compiler cannot start: `eager` runs "
+        "the script uncompiled with a loud warning in the summary, `fail` fails the job.",
+    )
+    xla_flags: list[str] = Field(
+        default_factory=list,
+        description="Extra XLA flags, each `--xla_name` or `--xla_name=value`; merged into "
+        "`XLA_FLAGS` (xla only).",
+    )
+    inductor_options: dict[str, InductorValue] = Field(
+        default_factory=dict,
+        description="torch._inductor.config overrides, e.g. "
+        "`{'triton.cudagraphs': False}` (inductor only). Env `TRCOMP_INDUCTOR_OPTIONS`.",
+    )
+
+    xla_engine: XlaEngine = Field(
+        default="auto",
+        description="Which engine runs backend='xla': `torch_xla` (TPU and CPU), `jax` "
+        "(torchax on JAX, experimental; the one engine for NVIDIA GPUs, and allowed on CPU "
+        "so local runs exercise it), or `auto`: jax on NVIDIA GPUs, torch_xla elsewhere. "
+        "Scripts use trcomp.runtime.compile_step on the jax engine. Env `TRCOMP_XLA_ENGINE`.",
+    )
+
+    @field_validator("xla_flags")
+    @classmethod
+    def _check_xla_flags(cls, flags: list[str]) -> list[str]:
+        for flag in flags:
+            if not _XLA_FLAG.fullmatch(flag):
+                raise ValueError(
+                    f"xla_flags entry {_shown(flag)} is not an XLA flag: write it as "
+                    "'--xla_name' or '--xla_name=value' (no spaces)"
+                )
+        return flags
+
+    @field_validator("inductor_options")
+    @classmethod
+    def _check_inductor_keys(cls, options: dict[str, InductorValue]) -> dict[str, InductorValue]:
+        for key in options:
+            if not _INDUCTOR_KEY.fullmatch(key):
+                raise ValueError(
+                    f"inductor_options key {_shown(key)} is not a torch._inductor.config name: "
+                    "use dotted lower-case names such as 'triton.cudagraphs'"
+                )
+        return options
+
+    @model_validator(mode="after")
+    def _check_backend_options(self) -> TrainingCompilerConfig:
+        if self.backend == "xla":
+            inductor_only = {
+                "mode": self.mode != "default",
+                "fullgraph": self.fullgraph,
+                "dynamic": self.dynamic is not None,
+                "inductor_options": bool(self.inductor_options),
+            }
+            bad = [name for name, is_set in inductor_only.items() if is_set]
+            if bad:
+                verb = "is" if len(bad) == 1 else "are"
+                raise ValueError(
+                    f"{', '.join(bad)} {verb} only for backend='inductor' (torch.compile), "
+                    "but backend='xla' was chosen: drop them or set backend='inductor'"
+                )
+        if self.backend == "inductor" and self.xla_engine != "auto":
+            raise ValueError(
+                f"xla_engine={self.xla_engine!r} only applies to backend='xla', but "
+                "backend='inductor' was chosen: drop xla_engine or set backend='xla'"
+            )
+        if self.backend == "inductor" and self.xla_flags:
+            raise ValueError(
+                "xla_flags only apply to backend='xla', but backend='inductor' was chosen: "
+                "drop xla_flags or set backend='xla'"
+            )
+        return self
+
+    def engine_for(self, *, nvidia_gpu: bool) -> Literal["torch_xla", "jax"]:
+        """The engine that runs ``backend='xla'`` on a host with or without NVIDIA GPUs."""
+        if self.xla_engine != "auto":
+            return self.xla_engine
+        return "jax" if nvidia_gpu else "torch_xla"
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise CompilerConfigError(_describe(exc)) from None
+
+    # -- codec ---------------------------------------------------------------
+
+    def _to_hyperparameter_dict(self) -> dict[str, Any]:
+        """Hyperparameters as Python values, the shape SageMaker v2's Framework expects.
+
+        The SDK json-encodes each value, so ``True`` is stored as ``"true"``, as the
+        AWS ``TrainingCompilerConfig`` does.
+        """
+        body = {VERSION_FIELD: __version__, **self.model_dump(mode="json")}
+        if self.xla_engine == "auto":
+            # Left out at its default, so containers older than the field still read the config.
+            del body["xla_engine"]
+        return {ENABLED_KEY: self.enabled, DEBUG_KEY: self.debug, CONFIG_KEY: body}
+
+    def to_hyperparameters(self) -> dict[str, str]:
+        """Hyperparameters exactly as SageMaker stores them (every value a JSON string)."""
+        # Encoded as SageMaker v2's Framework encodes every hyperparameter, so both
+        # paths produce the very same strings.
+        encoded = {key: json.dumps(value) for key, value in self._to_hyperparameter_dict().items()}
+        check_limits(encoded, what="the compiler config")
+        return encoded
+
+    @classmethod
+    def from_hyperparameters(cls, mapping: Mapping[str, Any]) -> TrainingCompilerConfig:
+        """Rebuild a config from a job's hyperparameters or framework parameters.
+
+        Accepts the stored strings and already-decoded values alike. With only the
+        two AWS keys (a job from the AWS SDK) the other fields take their defaults;
+        with none of the keys the compiler is off. Anything malformed raises
+        :class:`CompilerConfigError` naming the hyperparameter or field.
+        """
+        if not isinstance(mapping, Mapping):
+            raise CompilerConfigError(
+                f"the job's hyperparameters must be a mapping of name to value, got "
+                f"{type(mapping).__name__}: pass estimator.hyperparameters() or the "
+                "toolkit's framework parameters"
+            )
+        enabled = _decode_bool(mapping, ENABLED_KEY)
+        debug = _decode_bool(mapping, DEBUG_KEY)
+        body = _decode_object(mapping, CONFIG_KEY)
+        if body is None:
+            if enabled is None and debug is None:
+                return cls(enabled=False)
+            fields: dict[str, Any] = {}
+        else:
+            writer = str(body.pop(VERSION_FIELD, "unknown"))[:_SHOWN_CHARS]
+            unknown = sorted(str(key) for key in set(body) - set(cls.model_fields))
+            if unknown:
+                raise CompilerConfigError(
+                    f"{CONFIG_KEY} has field(s) {', '.join(map(_shown, unknown[:5]))} that "
+                    f"trcomp {__version__} (in this container) does not know; the config was "
+                    f"written by trcomp {writer}. Use a container image built from trcomp "
+                    f"{writer} or newer, or drop the field(s) from the config."
+                )
+            fields = body
+        for key, name, value in ((ENABLED_KEY, "enabled", enabled), (DEBUG_KEY, "debug", debug)):
+            if value is None:
+                continue
+            if name in fields and fields[name] != value:
+                raise CompilerConfigError(
+                    f"{key}={json.dumps(value)} contradicts {name}={_shown_json(fields[name])} "
+                    f"in {CONFIG_KEY}: remove {key} from the job's hyperparameters and set "
+                    f"{name} on the TrainingCompilerConfig instead"
+                )
+            fields[name] = value
+        return cls(**fields)
+
+
+def _shown_json(value: Any) -> str:
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        return _shown(value)
+    return text if len(text) <= _SHOWN_CHARS else _shown(value)
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p)[:_SHOWN_CHARS] for p in err["loc"]) or "config"
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            fields = ", ".join(TrainingCompilerConfig.model_fields)
+            message = f"unknown field; TrainingCompilerConfig takes: {fields}"
+        elif err["type"] == "literal_error":
+            message = f"{message} (got {_shown(err['input'])})"
+        parts.append(f"{where}: {message}" if err["loc"] else message)
+    return "invalid TrainingCompilerConfig: " + "; ".join(parts)
+
+
+def _decode(value: Any, key: str) -> Any:
+    # SageMaker stores every value as a JSON string. The toolkit (and the SDK's
+    # attach) json.loads each value once, so a value arrives either decoded or,
+    # read from the stored hyperparameters, encoded once: one json.loads covers
+    # both. A str that is not JSON stays as it is ("false" from a decoded '"false"').
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+    except RecursionError:  # brackets nested deeper than any config is
+        raise CompilerConfigError(
+            f"hyperparameter {key} is nested too deeply to be a compiler config "
+            f"({_shown(value)}): let the estimator write it from a TrainingCompilerConfig"
+        ) from None
+
+
+def _decode_bool(mapping: Mapping[str, Any], key: str) -> bool | None:
+    if key not in mapping:
+        return None
+    value = _decode(mapping[key], key)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise CompilerConfigError(
+        f"hyperparameter {key} is {_shown(mapping[key])}; it must be 'true' or 'false'"
+    )
+
+
+def _decode_object(mapping: Mapping[str, Any], key: str) -> dict[str, Any] | None:
+    if key not in mapping:
+        return None
+    value = _decode(mapping[key], key)
+    if not isinstance(value, dict):
+        raise CompilerConfigError(
+            f"hyperparameter {key} must be a JSON object, got {_shown(mapping[key])}: "
+            "let the estimator write it from a TrainingCompilerConfig"
+        )
+    return dict(value)
