@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trcomp.contract import config as contract_config
+from trcomp.jobspec import job_spec_of
 from trcomp.validation import validate_job
 
 if TYPE_CHECKING:
@@ -32,8 +33,6 @@ class TrainingCompilerConfig(contract_config.TrainingCompilerConfig):
 
         Returns the warnings it issued (also sent through :mod:`warnings`).
         """
-        from trcomp.jobspec import job_spec_of
-
         return validate_job(self, job_spec_of(estimator))
 
     @classmethod
@@ -51,4 +50,4 @@ class TrainingCompilerConfig(contract_config.TrainingCompilerConfig):
         elif not isinstance(config, contract_config.TrainingCompilerConfig):
             # the AWS class: same two fields
             config = cls(enabled=bool(config.enabled), debug=bool(getattr(config, "debug", False)))
-        validate_job(config, estimator)
+        validate_job(config, job_spec_of(estimator))
