@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-from trcomp_container.environment import HOOK_DIR
+from tests.helpers.hook import run_hooked
 
 STEPS = """
 import torch
@@ -20,17 +16,6 @@ for _ in range(6):
     opt.zero_grad()
 raise KeyError("missing column 'label'")
 """
-
-
-def run_hooked(
-    tmp_path: Path, code: str, extra_path: str = "", extra_env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRCOMP_")}
-    env.update(extra_env or {})
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOK_DIR), extra_path]))
-    env["TRCOMP_METRICS_DIR"] = str(tmp_path / "ranks")
-    env["RANK"] = "3"
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
 
 
 def test_hook_records_steps_and_the_uncaught_exception(tmp_path):
