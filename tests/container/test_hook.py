@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.helpers.hook import run_hooked
 
 STEPS = """
@@ -18,6 +20,7 @@ raise KeyError("missing column 'label'")
 """
 
 
+@pytest.mark.slow
 def test_hook_records_steps_and_the_uncaught_exception(tmp_path):
     done = run_hooked(tmp_path, STEPS)
     assert done.returncode == 1
@@ -44,6 +47,7 @@ def test_an_images_own_sitecustomize_still_runs(tmp_path):
     assert done.stdout.strip() == "True", done.stderr
 
 
+@pytest.mark.slow
 def test_inductor_options_apply_one_by_one_and_a_refused_one_is_reported(tmp_path):
     env = {
         "TRCOMP_INDUCTOR_OPTIONS": '{"no_such_option": 1, "max_autotune": true}',
