@@ -22,9 +22,12 @@ def role() -> str:
 
 @pytest.fixture(scope="session")
 def _shared_offline_session() -> Iterator[Any]:
-    """One SageMaker Session for the whole run: building one loads boto3's service models
-    (about a second each here). Tests only read it; ``monkeypatch.setattr`` on it is undone
-    after each test. Checked at the end: no test left an attribute of it changed."""
+    """One SageMaker Session for the whole run.
+
+    Building one loads boto3's service models (about a second each here). Tests only
+    read it; ``monkeypatch.setattr`` on it is undone after each test. Checked at the
+    end: no test left an attribute of it changed.
+    """
     import boto3
     import sagemaker
 
