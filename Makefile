@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 
-.PHONY: install install-v3 test-v3 demo test test-sdk-lowest lint image base-image docker-engine test-container bench gpu-check docs clean
+.PHONY: install install-v3 test-v3 demo test test-fast test-sdk-lowest lint image base-image docker-engine test-container bench gpu-check docs clean
 
 install: $(VENV)/.installed
 
@@ -41,6 +41,11 @@ demo: install
 
 test: install
 	$(PY) -m pytest
+
+# The quick loop while editing: `make test` without the tests marked slow (real
+# training subprocesses, real compiles, a moto server each) and without Docker.
+test-fast: install
+	$(PY) -m pytest -m "not slow and not container"
 
 # The SDK tests on the lowest SageMaker SDK v2 that pyproject allows; `make test`
 # runs them on the newest (what `make install` resolves). Only the sagemaker wheel

@@ -16,6 +16,8 @@ from trcomp_bench.harness import RunFailed, run_measurement
 from trcomp_bench.results import ROW_KEYS
 from trcomp_bench.worker import RunSpec, measure
 
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).resolve().parent
 
 

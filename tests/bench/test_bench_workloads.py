@@ -8,6 +8,8 @@ import pytest
 
 from trcomp_bench.workloads import WORKLOADS, get_workload, load_factory, loss_of
 
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).resolve().parent
 
 

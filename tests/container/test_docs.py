@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from trcomp.config import TrainingCompilerConfig
 from trcomp_container.devices import Devices
 from trcomp_container.environment import build_environment
@@ -16,6 +18,7 @@ from trcomp_container.job import JobPaths
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
+@pytest.mark.slow
 def test_runtime_example_runs_eager_outside_a_job(tmp_path):
     text = (DOCS / "runtime.md").read_text()
     (code,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-from trcomp_container.environment import HOOK_DIR
+import pytest
+
+from tests.helpers.hook import run_hooked
 
 STEPS = """
 import torch
@@ -22,17 +20,7 @@ raise KeyError("missing column 'label'")
 """
 
 
-def run_hooked(
-    tmp_path: Path, code: str, extra_path: str = "", extra_env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRCOMP_")}
-    env.update(extra_env or {})
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOK_DIR), extra_path]))
-    env["TRCOMP_METRICS_DIR"] = str(tmp_path / "ranks")
-    env["RANK"] = "3"
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-
-
+@pytest.mark.slow
 def test_hook_records_steps_and_the_uncaught_exception(tmp_path):
     done = run_hooked(tmp_path, STEPS)
     assert done.returncode == 1
@@ -59,6 +47,7 @@ def test_an_images_own_sitecustomize_still_runs(tmp_path):
     assert done.stdout.strip() == "True", done.stderr
 
 
+@pytest.mark.slow
 def test_inductor_options_apply_one_by_one_and_a_refused_one_is_reported(tmp_path):
     env = {
         "TRCOMP_INDUCTOR_OPTIONS": '{"no_such_option": 1, "max_autotune": true}',

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import jobs
 from trcomp.config import TrainingCompilerConfig
+from trcomp.local.tree import lay_out_tree
 from trcomp_container.hyperparameters import decode_value
 
 # What the user wrote, as Python values.
@@ -47,13 +49,13 @@ def test_decode_value_keeps_what_is_not_canonical_json(stored: Any, value: Any) 
     assert decode_value(stored) == value
 
 
-def _job(tmp_path, jobs, encode):
+def _job(tmp_path, encode):
     # The compiler's values are JSON strings already: both SDKs store them as they are.
     stored = {
         **encode({**USER, "sagemaker_program": "probe_env.py"}),
         **CONFIG.to_hyperparameters(),
     }
-    jobs.lay_out_tree(
+    lay_out_tree(
         tmp_path,
         hyperparameters=stored,
         source_dir=jobs.SCRIPTS,
@@ -64,10 +66,10 @@ def _job(tmp_path, jobs, encode):
 
 
 @pytest.mark.slow
-def test_v2_and_v3_jobs_reach_the_script_alike(tmp_path_factory, jobs) -> None:
+def test_v2_and_v3_jobs_reach_the_script_alike(tmp_path_factory) -> None:
     runs = {
-        "v2": _job(tmp_path_factory.mktemp("v2"), jobs, stored_by_v2),
-        "v3": _job(tmp_path_factory.mktemp("v3"), jobs, stored_by_v3),
+        "v2": _job(tmp_path_factory.mktemp("v2"), stored_by_v2),
+        "v3": _job(tmp_path_factory.mktemp("v3"), stored_by_v3),
     }
     seen = {}
     for name, run in runs.items():

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import jobs
 from trcomp.config import TrainingCompilerConfig
 from trcomp_container.failures import torchrun_root_cause
 
@@ -27,7 +28,7 @@ def assert_single_reason(failure: str | None) -> str:
     return failure
 
 
-def test_script_exception_gives_message_and_traceback_tail(tmp_path, jobs):
+def test_script_exception_gives_message_and_traceback_tail(tmp_path):
     run = jobs.run_job(
         tmp_path, config=OFF, entry_point="crash.py", hyperparameters={"mode": "raise"}
     )
@@ -39,7 +40,7 @@ def test_script_exception_gives_message_and_traceback_tail(tmp_path, jobs):
     assert run.summary["exit_code"] == 1
 
 
-def test_sigkill_is_137_probably_out_of_memory(tmp_path, jobs):
+def test_sigkill_is_137_probably_out_of_memory(tmp_path):
     run = jobs.run_job(
         tmp_path, config=OFF, entry_point="crash.py", hyperparameters={"mode": "kill"}
     )
@@ -49,7 +50,7 @@ def test_sigkill_is_137_probably_out_of_memory(tmp_path, jobs):
     assert (tmp_path / "model" / "partial.txt").exists()
 
 
-def test_torchrun_worker_killed_by_sigkill_is_137(tmp_path, jobs):
+def test_torchrun_worker_killed_by_sigkill_is_137(tmp_path):
     run = jobs.run_job(
         tmp_path,
         config=OFF,
@@ -73,7 +74,7 @@ def test_torchrun_root_cause_is_read_from_its_summary():
     assert torchrun_root_cause("Traceback ...\nValueError: x\n") is None
 
 
-def test_plain_exit_code_passes_through_with_stderr_tail(tmp_path, jobs):
+def test_plain_exit_code_passes_through_with_stderr_tail(tmp_path):
     run = jobs.run_job(
         tmp_path, config=OFF, entry_point="crash.py", hyperparameters={"mode": "exit"}
     )
@@ -85,7 +86,7 @@ def test_plain_exit_code_passes_through_with_stderr_tail(tmp_path, jobs):
     ("body", "named"),
     [({"backend": "tpu"}, "backend"), ({"backend": "inductor", "warp_speed": True}, "warp_speed")],
 )
-def test_bad_config_names_the_field(tmp_path, jobs, body, named):
+def test_bad_config_names_the_field(tmp_path, body, named):
     hps = {"sagemaker_training_compiler_enabled": True, "sagemaker_training_compiler_config": body}
     run = jobs.run_job(tmp_path, config=None, entry_point="probe_env.py", hyperparameters=hps)
     assert run.returncode == 64, run.output
@@ -94,7 +95,7 @@ def test_bad_config_names_the_field(tmp_path, jobs, body, named):
     assert not (tmp_path / "model" / "seen.json").exists()
 
 
-def test_missing_entry_point(tmp_path, jobs):
+def test_missing_entry_point(tmp_path):
     run = jobs.run_job(
         tmp_path, config=OFF, entry_point=None, hyperparameters={"sagemaker_program": "nope.py"}
     )
@@ -102,7 +103,7 @@ def test_missing_entry_point(tmp_path, jobs):
     assert "'nope.py' not found" in assert_single_reason(run.failure)
 
 
-def test_hyperparameters_are_argv_never_a_shell(tmp_path, jobs):
+def test_hyperparameters_are_argv_never_a_shell(tmp_path):
     evil = "; touch /tmp/trcomp-pwned #"
     run = jobs.run_job(
         tmp_path, config=OFF, entry_point="probe_env.py", hyperparameters={"name": evil, "lr": 0.1}
@@ -114,7 +115,7 @@ def test_hyperparameters_are_argv_never_a_shell(tmp_path, jobs):
     assert run.failure is None and (tmp_path / "output" / "success").exists()
 
 
-def test_caches_follow_the_checkpoint_dir_the_estimator_names(tmp_path, jobs):
+def test_caches_follow_the_checkpoint_dir_the_estimator_names(tmp_path):
     custom = tmp_path / "my-checkpoints"
     run = jobs.run_job(
         tmp_path,
@@ -130,7 +131,7 @@ def test_caches_follow_the_checkpoint_dir_the_estimator_names(tmp_path, jobs):
     assert run.summary["cache_dir"] == "file:///me/ckpt/trcomp-cache"
 
 
-def test_legacy_two_key_job_compiles_with_inductor(tmp_path, jobs):
+def test_legacy_two_key_job_compiles_with_inductor(tmp_path):
     hps = {
         "sagemaker_training_compiler_enabled": True,
         "sagemaker_training_compiler_debug_mode": False,
@@ -154,7 +155,7 @@ def broken_torch_xla(tmp_path):
     return {"PYTHONPATH": str(shadow)}
 
 
-def test_backend_that_cannot_start_falls_back_to_eager_loudly(tmp_path, jobs, broken_torch_xla):
+def test_backend_that_cannot_start_falls_back_to_eager_loudly(tmp_path, broken_torch_xla):
     config = TrainingCompilerConfig(backend="xla", fallback="eager")
     base = tmp_path / "job"
     jobs.lay_out(base, config=config, entry_point="probe_env.py")
@@ -171,7 +172,7 @@ def test_backend_that_cannot_start_falls_back_to_eager_loudly(tmp_path, jobs, br
     assert seen["backend"] is None and seen["env"]["USE_TORCH_XLA"] == "0"
 
 
-def test_backend_that_cannot_start_fails_with_fallback_fail(tmp_path, jobs, broken_torch_xla):
+def test_backend_that_cannot_start_fails_with_fallback_fail(tmp_path, broken_torch_xla):
     config = TrainingCompilerConfig(backend="xla", fallback="fail")
     base = tmp_path / "job"
     jobs.lay_out(base, config=config, entry_point="probe_env.py")
@@ -186,7 +187,7 @@ def test_backend_that_cannot_start_fails_with_fallback_fail(tmp_path, jobs, brok
     assert not (base / "model" / "seen.json").exists()
 
 
-def test_sigterm_is_forwarded_and_the_checkpoint_survives(tmp_path, jobs):
+def test_sigterm_is_forwarded_and_the_checkpoint_survives(tmp_path):
     jobs.lay_out(tmp_path, config=OFF, entry_point="sigterm.py")
     proc = subprocess.Popen(
         jobs.train_command(),
@@ -209,7 +210,7 @@ def test_sigterm_is_forwarded_and_the_checkpoint_survives(tmp_path, jobs):
     assert (tmp_path / "model" / "started").exists()
 
 
-def test_unknown_inductor_option_fails_the_job_naming_it(tmp_path, jobs):
+def test_unknown_inductor_option_fails_the_job_naming_it(tmp_path):
     config = TrainingCompilerConfig(
         backend="inductor", inductor_options={"no_such_option": 1, "max_autotune": True}
     )
@@ -220,7 +221,7 @@ def test_unknown_inductor_option_fails_the_job_naming_it(tmp_path, jobs):
     assert not (tmp_path / "model" / "seen.json").exists()  # refused before the script ran
 
 
-def test_summary_keeps_the_backend_and_the_users_cache_location(tmp_path, jobs):
+def test_summary_keeps_the_backend_and_the_users_cache_location(tmp_path):
     # The entry point cannot be prepared: the compiler was still on, and said so.
     run = jobs.run_job(
         tmp_path,

@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 
+from tests.helpers import jobs
 from trcomp.config import TrainingCompilerConfig
 from trcomp.contract.metrics import parse_metrics
 from trcomp_container.cache import is_transient
@@ -20,7 +21,7 @@ LOOP_HPS = {"steps": 20}
 
 
 @pytest.fixture(scope="module")
-def loop_runs(tmp_path_factory, jobs):
+def loop_runs(tmp_path_factory):
     """The same runtime-helper loop, compiler off, xla (with debug) and inductor."""
     configs = {
         "eager": TrainingCompilerConfig(enabled=False),
@@ -80,7 +81,7 @@ def test_xla_debug_dumps_land_in_the_compiler_directory(loop_runs):
     assert any((compiler / "xla_dump").iterdir())
 
 
-def test_warm_job_hits_inductors_cache(loop_runs, tmp_path, jobs, record_property):
+def test_warm_job_hits_inductors_cache(loop_runs, tmp_path, record_property):
     """A second job restoring the same checkpoints (checkpoint_s3_uri) starts warm."""
     cold = loop_runs["inductor"]
     persisted = cold.base / "checkpoints" / "trcomp-cache"
@@ -116,7 +117,7 @@ def test_warm_job_hits_inductors_cache(loop_runs, tmp_path, jobs, record_propert
     )
 
 
-def test_native_torch_xla_script_runs_under_xla(tmp_path, jobs):
+def test_native_torch_xla_script_runs_under_xla(tmp_path):
     run = jobs.run_job(
         tmp_path, config=TrainingCompilerConfig(backend="xla"), entry_point="native_xla.py"
     )
@@ -127,7 +128,7 @@ def test_native_torch_xla_script_runs_under_xla(tmp_path, jobs):
     assert run.summary["ranks"][0]["steps"] == 10
 
 
-def test_torchrun_two_processes_with_inductor_and_debug(tmp_path, jobs):
+def test_torchrun_two_processes_with_inductor_and_debug(tmp_path):
     config = TrainingCompilerConfig(backend="inductor", debug=True)
     run = jobs.run_job(
         tmp_path,
@@ -150,7 +151,7 @@ def test_torchrun_two_processes_with_inductor_and_debug(tmp_path, jobs):
     assert any((compiler / "trace").iterdir())  # structured trace, for tlparse
 
 
-def test_unmodified_hf_trainer_is_compiled_by_inductor(tmp_path, jobs):
+def test_unmodified_hf_trainer_is_compiled_by_inductor(tmp_path):
     run = jobs.run_job(
         tmp_path,
         config=TrainingCompilerConfig(backend="inductor"),
@@ -164,7 +165,7 @@ def test_unmodified_hf_trainer_is_compiled_by_inductor(tmp_path, jobs):
     assert run.summary["ranks"][0]["steps"] == 4
 
 
-def test_unmodified_hf_trainer_under_xla_runs_or_names_the_one_line_fix(tmp_path, jobs):
+def test_unmodified_hf_trainer_under_xla_runs_or_names_the_one_line_fix(tmp_path):
     run = jobs.run_job(
         tmp_path,
         config=TrainingCompilerConfig(backend="xla"),

@@ -44,6 +44,7 @@ def test_a_missing_compiler_surfaces_in_the_probe_with_the_fix(tmp_path: Path) -
     assert "C++ compiler" in str(body["reason"]) and "install g++" in str(body["reason"])
 
 
+@pytest.mark.slow
 def test_gpus_that_torch_cannot_see_fail_the_probe_with_the_drivers_words() -> None:
     # No GPU on this machine: the probe for a 2-GPU host must say torch sees none.
     result = run_probe("inductor", 2, dict(os.environ))

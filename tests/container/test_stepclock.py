@@ -13,13 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_hook import run_hooked
 
-from trcomp_container.environment import HOOK_DIR
+from tests.helpers.hook import hook_module, run_hooked
 from trcomp_container.summary import steady_step_time
 
-sys.path.insert(0, str(HOOK_DIR))
-from trcomp_stepclock import StepClock
+StepClock = hook_module("trcomp_stepclock").StepClock
 
 STEP_S = 0.05
 

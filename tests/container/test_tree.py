@@ -8,10 +8,11 @@ import sys
 
 import pytest
 
+from tests.helpers import jobs
 from trcomp.local.tree import lay_out_tree
 
 
-def test_tree_layout_and_json_encoded_hyperparameters(tmp_path, jobs):
+def test_tree_layout_and_json_encoded_hyperparameters(tmp_path):
     data = tmp_path / "data.csv"
     data.write_text("1,2\n")
     base = lay_out_tree(
@@ -46,7 +47,7 @@ def test_current_host_must_be_listed(tmp_path):
         lay_out_tree(tmp_path, hyperparameters={}, hosts=("algo-1",), current_host="algo-2")
 
 
-def test_the_toolkit_reads_the_tree(tmp_path, jobs):
+def test_the_toolkit_reads_the_tree(tmp_path):
     base = lay_out_tree(
         tmp_path / "ml",
         hyperparameters={"epochs": 3, "sagemaker_training_compiler_enabled": True},

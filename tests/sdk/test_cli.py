@@ -1,6 +1,6 @@
 """The ``trcomp`` command line: help everywhere, image commands, run and doctor.
 
-Commands that talk to AWS run against moto in server mode (see conftest_remote.py);
+Commands that talk to AWS run against moto in server mode (see tests/helpers/aws.py);
 ``image build`` and ``image push`` are checked up to the commands they would run.
 """
 
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import boto3
 import pytest
-from conftest_remote import (
+
+from tests.helpers.aws import (
     ACCOUNT,
     FAKE_CREDENTIALS,
     REGION,
@@ -25,7 +26,6 @@ from conftest_remote import (
     aws_environment,
     moto_server,
 )
-
 from trcomp import docker_cli
 from trcomp.cli import build_parser, main
 from trcomp.cli.run import LOCAL_ROLE, estimator_spec

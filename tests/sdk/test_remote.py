@@ -20,7 +20,11 @@ from typing import Any
 import boto3
 import pytest
 from botocore.exceptions import ClientError
-from conftest_remote import (
+from sagemaker import image_uris
+from sagemaker.huggingface import HuggingFaceModel
+
+import trcomp
+from tests.helpers.aws import (
     ACCOUNT,
     FAKE_CREDENTIALS,
     REGION,
@@ -29,10 +33,6 @@ from conftest_remote import (
     aws_error_server,
     moto_server,
 )
-from sagemaker import image_uris
-from sagemaker.huggingface import HuggingFaceModel
-
-import trcomp
 from trcomp.contract.errors import UnsupportedJobError
 from trcomp.contract.metrics import metric_definitions
 from trcomp.image.uris import image_tag

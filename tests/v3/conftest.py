@@ -7,15 +7,12 @@ installed there, and cannot be (it replaces the v2 SDK's `sagemaker` package).
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
-# The moto server helpers live beside the v2 SDK tests; the v3 tests share them.
-sys.path.insert(0, str(TESTS / "sdk"))
 
 
 @pytest.fixture

@@ -19,11 +19,11 @@ pytest.importorskip(
     "sagemaker.train.model_trainer", reason="needs the SageMaker SDK v3: run make test-v3"
 )
 
-from conftest_remote import aws_error_server
 from sagemaker.core.training.configs import Compute, SourceCode
 from sagemaker.train.distributed import Torchrun
 from sagemaker.train.model_trainer import Mode
 
+from tests.helpers.aws import aws_error_server
 from trcomp import TrainingCompilerConfig
 from trcomp.image.uris import local_image_uri
 from trcomp.v3 import ModelTrainer

@@ -22,12 +22,12 @@ pytest.importorskip(
 )
 
 import boto3
-from conftest_remote import ACCOUNT, REGION, MotoServer, aws_environment, moto_server
 from sagemaker.core.helper.session_helper import Session
 from sagemaker.core.shapes import CheckpointConfig
 from sagemaker.core.training.configs import Compute, SourceCode
 from sagemaker.train.distributed import Torchrun
 
+from tests.helpers.aws import ACCOUNT, REGION, MotoServer, aws_environment, moto_server
 from trcomp import CompilerConfigWarning, TrainingCompilerConfig, UnsupportedJobError
 from trcomp.v3 import ModelTrainer
 

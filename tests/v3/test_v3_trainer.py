@@ -175,7 +175,7 @@ def test_the_v2_estimators_say_what_to_install() -> None:
 
 def _telemetry_requests(trainer: ModelTrainer, train, monkeypatch) -> list[str]:
     """What reaches AWS while ``train(dry_run=True)`` runs (v3 emits telemetry on train)."""
-    from conftest_remote import FAKE_CREDENTIALS, aws_error_server
+    from tests.helpers.aws import FAKE_CREDENTIALS, aws_error_server
 
     for key, value in {**FAKE_CREDENTIALS, "AWS_DEFAULT_REGION": "us-west-2"}.items():
         monkeypatch.setenv(key, value)

@@ -10,16 +10,27 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
-
-from trcomp.config import TrainingCompilerConfig
 from trcomp.local.tree import lay_out_tree
 
-SCRIPTS = Path(__file__).parent / "scripts"
+if TYPE_CHECKING:
+    from trcomp import TrainingCompilerConfig
+
+__all__ = [
+    "SCRIPTS",
+    "JobRun",
+    "hyperparameters_for",
+    "job_env",
+    "lay_out",
+    "run_job",
+    "run_train",
+    "train_command",
+]
+
 REPO = Path(__file__).resolve().parents[2]
+# The container tests' job scripts (loop.py, ddp.py, probe_env.py...).
+SCRIPTS = REPO / "tests" / "container" / "scripts"
 # Variables of the developer's shell that would leak into the job.
 _LEAKY_PREFIXES = ("TRCOMP_", "SM_", "SAGEMAKER_", "TORCHINDUCTOR_", "ACCELERATE_", "XLA_")
 _LEAKY = {"PJRT_DEVICE", "USE_TORCH_XLA", "TORCH_LOGS", "RANK", "LOCAL_RANK", "WORLD_SIZE"}
@@ -90,6 +101,7 @@ def lay_out(
     entry_point: str | None,
     hyperparameters: Mapping[str, Any] | None = None,
 ) -> Path:
+    """Lay out the /opt/ml tree at ``base`` for the scripts in :data:`SCRIPTS`."""
     return lay_out_tree(
         base,
         hyperparameters={**hyperparameters_for(config), **(hyperparameters or {})},
@@ -124,14 +136,3 @@ def run_job(
     """Lay out a tree and run ``train`` on it."""
     lay_out(base, config=config, entry_point=entry_point, hyperparameters=hyperparameters)
     return run_train(base, env=env, timeout=timeout)
-
-
-# Captured while this module runs: every conftest.py is imported under the name
-# "conftest", so sys.modules["conftest"] later holds whichever was loaded last.
-_THIS_MODULE = sys.modules[__name__]
-
-
-@pytest.fixture(scope="session")
-def jobs() -> ModuleType:
-    """These helpers (``jobs.run_job``, ``jobs.lay_out``...), without importing a conftest."""
-    return _THIS_MODULE

@@ -1,9 +1,9 @@
 """A real AWS emulator for the remote-path tests: moto in server mode, in its own process.
 
-Test modules build their fixtures from :func:`moto_server` and :func:`aws_environment`
-(pytest only loads fixtures from files named conftest.py, and tests/conftest.py is
-the lead's). The emulator records every request it receives (moto's recorder), so
-tests assert on what reached the server, not on what the code meant to send.
+Test modules build their fixtures from :func:`moto_server` and :func:`aws_environment`.
+The emulator records every request it receives (moto's recorder), so tests assert on
+what reached the server, not on what the code meant to send. Only the standard library
+is imported here (boto3 when called): the v2 and the v3 environments both import it.
 """
 
 from __future__ import annotations

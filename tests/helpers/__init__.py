@@ -1,0 +1,10 @@
+"""What test modules share: plain functions and classes, imported as ``tests.helpers.<name>``.
+
+- ``aws``: a moto server in its own process, an AWS error server, and an environment
+  that points boto3 at them (standard library only: the SDK v3 tests import it too).
+- ``jobs``: the toolkit's ``train`` run on a temporary /opt/ml tree.
+- ``hook``: a child process under the in-process metrics hook; hook modules by path.
+
+Fixtures stay in ``conftest.py`` files and may call these. pytest puts the repository
+root on ``sys.path`` (``pythonpath`` in pyproject.toml), so ``tests`` is this package.
+"""
