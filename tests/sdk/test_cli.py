@@ -26,6 +26,7 @@ from tests.helpers.aws import (
     aws_environment,
     moto_server,
 )
+from tests.helpers.commands import path_of_scripts
 from trcomp import docker_cli
 from trcomp.cli import build_parser, main
 from trcomp.cli.run import LOCAL_ROLE, estimator_spec
@@ -294,16 +295,6 @@ def test_doctor_failures_depend_on_mode() -> None:
     assert failures(checks, ["docker", "remote"]) == []
 
 
-def _tools(tmp_path: Path, **scripts: str) -> str:
-    """A PATH holding only these shell scripts (name -> body)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, body in scripts.items():
-        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    return str(bin_dir)
-
-
 def test_doctor_docker_checks_ask_the_cli_like_preflight(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -313,7 +304,9 @@ def test_doctor_docker_checks_ask_the_cli_like_preflight(
         "compose) echo \"docker: 'compose' is not a docker command.\" >&2; exit 1 ;; "
         'image) echo "Error: No such image: $5" >&2; exit 1 ;; esac'
     )
-    monkeypatch.setenv("PATH", _tools(tmp_path, docker=docker, **{"docker-compose": "echo 1.29.2"}))
+    monkeypatch.setenv(
+        "PATH", path_of_scripts(tmp_path, docker=docker, **{"docker-compose": "echo 1.29.2"})
+    )
     checks = {c.name: c for c in check_docker("trcomp-training:latest")}
     assert checks["docker engine"].ok and checks["docker engine"].detail == "server 27.1"
     assert checks["docker compose"].detail == "docker-compose 1.29.2"
@@ -322,7 +315,7 @@ def test_doctor_docker_checks_ask_the_cli_like_preflight(
 
 
 def test_doctor_without_docker_or_compose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", _tools(tmp_path))
+    monkeypatch.setenv("PATH", path_of_scripts(tmp_path))
     checks = {c.name: c for c in check_docker("trcomp-training:latest")}
     assert not checks["docker engine"].ok and "not found" in checks["docker engine"].detail
     assert not checks["docker compose"].ok

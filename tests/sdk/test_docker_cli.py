@@ -11,24 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.commands import path_of_scripts
 from trcomp import docker_cli
 from trcomp.contract.errors import LocalModeError
-
-
-def _path(tmp_path: Path, **scripts: str) -> str:
-    """A PATH holding only these shell scripts (name -> body)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, body in scripts.items():
-        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    return str(bin_dir)
 
 
 def test_missing_cli_answers_127_and_require_docker_says_how(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PATH", _path(tmp_path))
+    monkeypatch.setenv("PATH", path_of_scripts(tmp_path))
     done = docker_cli.run_docker(["info"])
     assert done.returncode == docker_cli.NOT_FOUND and "not found" in done.stderr
     assert not docker_cli.image_present("trcomp-training:latest")
@@ -42,7 +33,7 @@ def test_missing_cli_answers_127_and_require_docker_says_how(
 
 def test_a_hung_engine_answers_124(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sleep = shutil.which("sleep")
-    monkeypatch.setenv("PATH", _path(tmp_path, docker=f"exec {sleep} 30"))
+    monkeypatch.setenv("PATH", path_of_scripts(tmp_path, docker=f"exec {sleep} 30"))
     done = docker_cli.run_docker(["info"], timeout=0.5)
     assert done.returncode == docker_cli.TIMED_OUT and "no answer" in done.stderr
 
@@ -51,7 +42,9 @@ def test_compose_v2_is_taken_first_like_the_sdk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     docker = '[ "$1 $2" = "compose version" ] && echo "Docker Compose version v2.29.1"'
-    monkeypatch.setenv("PATH", _path(tmp_path, docker=docker, **{"docker-compose": "exit 0"}))
+    monkeypatch.setenv(
+        "PATH", path_of_scripts(tmp_path, docker=docker, **{"docker-compose": "exit 0"})
+    )
     assert docker_cli.compose_command() == ["docker", "compose"]
 
 
@@ -61,7 +54,7 @@ def test_engine_status_reads_permission_denied(
     denied = (
         "echo 'permission denied while trying to connect to the Docker daemon socket' >&2; exit 1"
     )
-    monkeypatch.setenv("PATH", _path(tmp_path, docker=denied))
+    monkeypatch.setenv("PATH", path_of_scripts(tmp_path, docker=denied))
     status = docker_cli.engine_status()
     assert not status.ok and status.permission_denied and status.returncode == 1
 
@@ -71,7 +64,7 @@ def test_labelled_containers_are_stopped_then_removed(
 ) -> None:
     log = tmp_path / "calls"
     docker = f'echo "$*" >> {log}; [ "$1" = ps ] && printf "c1\\nc2\\n"; exit 0'
-    monkeypatch.setenv("PATH", _path(tmp_path, docker=docker))
+    monkeypatch.setenv("PATH", path_of_scripts(tmp_path, docker=docker))
     docker_cli.remove_labelled("com.trcomp.local-job=job-1", grace=100)
     assert log.read_text().splitlines() == [
         "ps -aq --filter label=com.trcomp.local-job=job-1",
