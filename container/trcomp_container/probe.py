@@ -25,12 +25,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
+    "InductorOptionCheck",
     "ProbeResult",
+    "check_inductor_options",
     "compile_tiny_graph",
     "cpu_inductor_check",
     "probe",
     "run_probe",
-    "unknown_inductor_options",
 ]
 
 _TIMEOUT_S = 600
@@ -244,23 +245,42 @@ def run_probe(backend: str, gpus: int, env: Mapping[str, str]) -> ProbeResult:
     )
 
 
-_UNKNOWN_OPTIONS = (
+_INDUCTOR_OPTIONS = (
     "import json, sys\n"
+    "import torch._inductor as inductor\n"
     "import torch._inductor.config as config\n"
+    "options, mode = json.loads(sys.argv[1]), sys.argv[2]\n"
     "known = config.get_config_copy()\n"
-    "print(json.dumps([key for key in json.loads(sys.argv[1]) if key not in known]))\n"
+    "sets = inductor.list_mode_options(mode) if mode != 'default' else {}\n"
+    "print(json.dumps({'unknown': [key for key in options if key not in known],\n"
+    "                  'mode_sets': {k: v for k, v in sets.items() if k in options}}))\n"
 )
 
 
-def unknown_inductor_options(options: Mapping[str, object], env: Mapping[str, str]) -> list[str]:
-    """The keys of ``options`` that this torch's ``torch._inductor.config`` does not have.
+@dataclasses.dataclass(frozen=True)
+class InductorOptionCheck:
+    """What this torch says of a job's ``inductor_options`` and ``mode``."""
 
-    Checked in a child with the job's environment (the torch the script will
-    import), so the entrypoint itself never imports torch.
+    unknown: list[str]
+    """Keys ``torch._inductor.config`` does not have."""
+    contradicted: dict[str, tuple[object, object]]
+    """Key -> (the user's value, the mode's value) where ``mode`` sets another value."""
+
+
+def check_inductor_options(
+    options: Mapping[str, object], mode: str, env: Mapping[str, str]
+) -> InductorOptionCheck:
+    """Check ``options`` against this torch's ``torch._inductor.config`` and ``mode``.
+
+    ``torch.compile(mode=...)`` applies the mode's own options over the global
+    config for the graphs it compiles, so an option the mode sets to another
+    value would be silently ignored. Checked in a child with the job's
+    environment (the torch the script will import), so the entrypoint itself
+    never imports torch.
     """
     child_env = {k: v for k, v in env.items() if k != "TRCOMP_METRICS_DIR"}
     done = subprocess.run(
-        [sys.executable, "-c", _UNKNOWN_OPTIONS, json.dumps(list(options))],
+        [sys.executable, "-c", _INDUCTOR_OPTIONS, json.dumps(list(options)), mode],
         env=child_env,
         capture_output=True,
         text=True,
@@ -270,7 +290,13 @@ def unknown_inductor_options(options: Mapping[str, object], env: Mapping[str, st
     if done.returncode != 0 or not lines:
         tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-5:])
         raise RuntimeError(f"could not read torch._inductor.config: {tail}")
-    return [str(key) for key in json.loads(lines[-1])]
+    found = json.loads(lines[-1])
+    contradicted = {
+        str(key): (options[key], value)
+        for key, value in found["mode_sets"].items()
+        if options[key] != value
+    }
+    return InductorOptionCheck([str(key) for key in found["unknown"]], contradicted)
 
 
 if __name__ == "__main__":

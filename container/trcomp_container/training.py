@@ -51,7 +51,7 @@ from trcomp_container.launch import (
     nproc_per_node,
     single_process_note,
 )
-from trcomp_container.probe import run_probe, unknown_inductor_options
+from trcomp_container.probe import check_inductor_options, run_probe
 from trcomp_container.runner import RunResult, run, wait_for_hosts
 
 __all__ = ["main", "run_job"]
@@ -252,16 +252,29 @@ def _cache_location(job: Job) -> str:
 
 def _check_inductor_options(config: TrainingCompilerConfig, env: dict[str, str]) -> None:
     try:
-        unknown = unknown_inductor_options(config.inductor_options, env)
+        found = check_inductor_options(config.inductor_options, config.mode, env)
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         reason = f"cannot check inductor_options: {exc}"
         raise JobFailed(reason, ExitCode.COMPILER_UNAVAILABLE) from None
-    if unknown:
+    if found.unknown:
+        unknown = found.unknown
         raise JobFailed(
             f"inductor_options {', '.join(map(repr, unknown))} "
             f"{'is not an option' if len(unknown) == 1 else 'are not options'} of this "
             "container's torch._inductor.config. Fix the name(s) in "
             "TrainingCompilerConfig(inductor_options=...) or drop them.",
+            ExitCode.CONFIG,
+        )
+    if found.contradicted:
+        pairs = "; ".join(
+            f"{key}={mine!r} but mode={config.mode!r} sets {key}={theirs!r}"
+            for key, (mine, theirs) in found.contradicted.items()
+        )
+        raise JobFailed(
+            f"inductor_options contradict the mode: {pairs}. torch.compile applies the "
+            "mode's value for the graphs it compiles, so the option would be ignored. "
+            "Drop the option from TrainingCompilerConfig(inductor_options=...), or pick "
+            "a mode that does not set it.",
             ExitCode.CONFIG,
         )
 

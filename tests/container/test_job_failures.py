@@ -221,6 +221,19 @@ def test_unknown_inductor_option_fails_the_job_naming_it(tmp_path):
     assert not (tmp_path / "model" / "seen.json").exists()  # refused before the script ran
 
 
+def test_inductor_option_the_mode_overrides_fails_the_job_naming_both(tmp_path):
+    config = TrainingCompilerConfig(
+        backend="inductor", mode="reduce-overhead", inductor_options={"triton.cudagraphs": False}
+    )
+    run = jobs.run_job(tmp_path, config=config, entry_point="probe_env.py")
+    assert run.returncode == 64, run.output
+    failure = assert_single_reason(run.failure)
+    assert "triton.cudagraphs=False but mode='reduce-overhead' sets triton.cudagraphs=True" in (
+        failure
+    )
+    assert not (tmp_path / "model" / "seen.json").exists()  # refused before the script ran
+
+
 def test_summary_keeps_the_backend_and_the_users_cache_location(tmp_path):
     # The entry point cannot be prepared: the compiler was still on, and said so.
     run = jobs.run_job(

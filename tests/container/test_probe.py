@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trcomp_container.probe import run_probe
+from trcomp_container.probe import check_inductor_options, run_probe
 
 
 def probe_child(tmp_path: Path, *args: str, **env: str) -> dict[str, object]:
@@ -52,3 +52,15 @@ def test_gpus_that_torch_cannot_see_fail_the_probe_with_the_drivers_words() -> N
     assert "sees none of the 2 GPUs" in result.reason
     eager = run_probe("eager", 2, dict(os.environ))
     assert not eager.ok and "sees none of the 2 GPUs" in eager.reason
+
+
+def test_inductor_options_are_checked_against_the_mode_torch_applies() -> None:
+    # torch 2.9: reduce-overhead sets triton.cudagraphs=True, max-autotune also max_autotune.
+    options = {"triton.cudagraphs": False, "max_autotune": True, "epilogue_fusion": False}
+    found = check_inductor_options(options, "reduce-overhead", dict(os.environ))
+    assert found.unknown == []
+    assert found.contradicted == {"triton.cudagraphs": (False, True)}
+    agreeing = check_inductor_options(options, "max-autotune-no-cudagraphs", dict(os.environ))
+    assert agreeing.contradicted == {}
+    plain = check_inductor_options({"no_such_option": 1}, "default", dict(os.environ))
+    assert plain.unknown == ["no_such_option"] and plain.contradicted == {}
