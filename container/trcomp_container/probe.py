@@ -251,13 +251,13 @@ _INDUCTOR_OPTIONS = (
     "import torch._inductor.config as config\n"
     "options, mode = json.loads(sys.argv[1]), sys.argv[2]\n"
     "known = config.get_config_copy()\n"
-    "sets = inductor.list_mode_options(mode) if mode != 'default' else {}\n"
+    "sets = inductor.list_mode_options(mode)\n"
     "print(json.dumps({'unknown': [key for key in options if key not in known],\n"
     "                  'mode_sets': {k: v for k, v in sets.items() if k in options}}))\n"
 )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclass(frozen=True)
 class InductorOptionCheck:
     """What this torch says of a job's ``inductor_options`` and ``mode``."""
 
