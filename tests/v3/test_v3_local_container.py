@@ -48,6 +48,15 @@ def _json(path: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 
 
+def _containers_of(root: Path) -> list[str]:
+    """Every container, running or exited, of the compose project v3 wrote into ``root``."""
+    label = f"label=com.docker.compose.project.working_dir={root.resolve()}"
+    found = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", label], capture_output=True, text=True, check=True
+    )
+    return found.stdout.split()
+
+
 def test_the_docs_example_trains_a_plain_loop_compiled(image, tmp_path, monkeypatch) -> None:
     text = (REPO / "docs" / "v3.md").read_text()
     (code,) = re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
@@ -59,6 +68,7 @@ def test_the_docs_example_trains_a_plain_loop_compiled(image, tmp_path, monkeypa
         exec(compile(code, "docs/v3.md", "exec"), {"__name__": "__doc_example__"})
     assert aws.received == []
     root = tmp_path / "v3-job"
+    assert _containers_of(root) == []  # the job's compose containers were removed
     summary = _json(root / "artifacts/output/data/compiler/summary.json")
     assert summary["backend"] == "inductor" and summary["exit_code"] == 0
     metrics = summary["metrics"]
@@ -84,6 +94,7 @@ def test_torchrun_on_two_processes(image, tmp_path, source_dir) -> None:
         compiler_config=TrainingCompilerConfig(backend="inductor"),
     )
     trainer.train()
+    assert _containers_of(root) == []  # the job's compose containers were removed
     summary = _json(root / "artifacts/output/data/compiler/summary.json")
     assert summary["backend"] == "inductor" and summary["exit_code"] == 0
     assert summary["distribution"] == "torch_distributed" and summary["nproc_per_node"] == 2

@@ -23,9 +23,11 @@ from sagemaker.train.defaults import TrainDefaults
 from sagemaker.train.model_trainer import Mode
 from sagemaker.train.model_trainer import ModelTrainer as _V3ModelTrainer
 
+from trcomp import docker_cli
 from trcomp.checkpoints import checkpoint_environment, default_checkpoint_location
 from trcomp.config import TrainingCompilerConfig
 from trcomp.contract.errors import TrcompError, UnsupportedJobError
+from trcomp.contract.proctree import outer_grace_s
 from trcomp.image.uris import (
     DEFAULT_FRAMEWORK_VERSION,
     device_for_instance,
@@ -250,11 +252,26 @@ class ModelTrainer(_V3ModelTrainer):  # type: ignore[misc]
         logs: bool | None = True,
         dry_run: bool = False,
     ) -> Any:
-        """Run the job; in local container mode, with v3's telemetry turned off."""
+        """Run the job; in local container mode, with v3's telemetry turned off.
+
+        v3's local container mode leaves the job's compose containers behind (exited,
+        or running after Ctrl-C): they are stopped and removed once ``train`` returns.
+        """
         if not self._is_local():
             return super().train(input_data_config, wait=wait, logs=logs, dry_run=dry_run)
-        with telemetry_off():
-            return super().train(input_data_config, wait=wait, logs=logs, dry_run=dry_run)
+        root = Path(self.local_container_root or os.getcwd()).resolve()
+        try:
+            with telemetry_off():
+                return super().train(input_data_config, wait=wait, logs=logs, dry_run=dry_run)
+        finally:
+            if not dry_run:
+                remove_compose_containers(root)
+
+
+def remove_compose_containers(root: Path) -> None:
+    """Stop and remove the containers of the compose project v3 wrote into ``root``."""
+    label = f"com.docker.compose.project.working_dir={root}"
+    docker_cli.remove_labelled(label, outer_grace_s())
 
 
 @contextlib.contextmanager
