@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 __all__ = [
     "Devices",
@@ -58,7 +59,7 @@ class Devices:
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> Literal["gpu", "tpu", "cpu"]:
         """``"gpu"``, ``"tpu"`` or ``"cpu"``."""
         if self.gpus:
             return "gpu"

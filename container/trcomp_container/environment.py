@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from trcomp.contract.config import TrainingCompilerConfig
+from trcomp.contract.keys import CACHE_DIR_ENV
 from trcomp.contract.runtime_config import RuntimeConfig
 from trcomp_container.backends import ConcreteBackend, inductor, resolve_engine, xla
 from trcomp_container.backends import jax as jax_engine
@@ -47,7 +48,11 @@ def build_environment(
     env = dict(base_env)
     engine = resolve_engine(config, backend, devices)
     resolved = RuntimeConfig.resolved(
-        config, backend=backend, engine=engine, fallback_reason=fallback_reason
+        config,
+        backend=backend,
+        engine=engine,
+        fallback_reason=fallback_reason,
+        device_kind=devices.kind,
     )
     decided: dict[str, str] = {
         **resolved.to_env(),
@@ -61,6 +66,9 @@ def build_environment(
     }
     defaults: dict[str, str] = {}
     cache_root = (cache_dir or paths.cache) if config.cache else scratch_dir
+    if config.cache and backend is not None:
+        # Where the hook keeps what the next job of the lineage reuses (the eager/compiled decision).
+        decided[CACHE_DIR_ENV] = str(cache_root)
     if backend == "inductor":
         decided.update(inductor.environment(config))
         defaults.update(inductor.cache_environment(cache_root))

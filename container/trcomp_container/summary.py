@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trcomp.contract.metrics import METRICS, format_metric
+from trcomp_container import switch_report
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -21,6 +22,7 @@ __all__ = [
     "metric_lines",
     "read_rank_records",
     "render_block",
+    "speedup_line",
     "write_summary",
 ]
 
@@ -50,11 +52,16 @@ def _weight(record: Mapping[str, Any]) -> tuple[int, int, int]:
     return (int(record.get("steps", 0)), 1 if record.get("error") else 0, compile_events)
 
 
-def steady_step_time(intervals: Sequence[float]) -> float | None:
-    """Median seconds per step once warm-up (compilation) is over."""
-    if not intervals:
+def steady_step_time(intervals: Sequence[float], skip_steps: Sequence[int] = ()) -> float | None:
+    """Median seconds per step once warm-up (compilation) is over.
+
+    ``skip_steps`` (1-based) are left out: the eager steps of the speed-up measurement.
+    """
+    skip = {step - 2 for step in skip_steps}  # interval i ends step i + 2
+    kept = [value for index, value in enumerate(intervals) if index not in skip]
+    if not kept:
         return None
-    steady = intervals[_WARMUP_INTERVALS:] if len(intervals) > _WARMUP_INTERVALS + 2 else intervals
+    steady = kept[_WARMUP_INTERVALS:] if len(kept) > _WARMUP_INTERVALS + 2 else kept
     return float(statistics.median(steady))
 
 
@@ -77,7 +84,10 @@ def _rank_metrics(record: Mapping[str, Any]) -> dict[str, float | None]:
         graphs = int(compile_info.get("graphs", 0))
         recompiles = int(compile_info.get("recompiles", 0))
         graph_breaks = int(compile_info.get("graph_breaks", 0))
-    step = steady_step_time(record.get("step_intervals_s") or [])
+    step = steady_step_time(
+        record.get("step_intervals_s") or [], switch_report.eager_step_numbers(record)
+    )
+    decision = (record.get("speedup") or {}).get("decision") or {}
     return {
         "compile_time_s": compile_time,
         "graphs_compiled": graphs,
@@ -86,6 +96,8 @@ def _rank_metrics(record: Mapping[str, Any]) -> dict[str, float | None]:
         "first_step_s": record.get("first_step_s"),
         "step_time_s": step,
         "steps_per_s": (1.0 / step) if step else None,
+        "eager_step_s": decision.get("eager_step_s"),
+        "speedup_vs_eager": decision.get("speedup"),
     }
 
 
@@ -124,12 +136,20 @@ def build_summary(
                 "xla": record.get("xla"),
                 "jax": record.get("jax"),
                 "error": record.get("error"),
+                "autocompile": record.get("autocompile"),
+                "speedup": record.get("speedup"),
             }
         )
+    backend, engine = job.get("backend"), job.get("engine")
+    silent = switch_report.nothing_compiled(
+        records, backend, engine, auto_compile=bool(job.get("auto_compile", True))
+    )
     return {
         "schema_version": SCHEMA_VERSION,
         **job,
-        "warnings": [*warnings, *_derived_warnings(records)],
+        "compiled": switch_report.compiled_text(records, backend),
+        "speedup": switch_report.speedup_summary(records),
+        "warnings": [*warnings, *_derived_warnings(records), *filter(None, [silent])],
         "metrics": _slowest(per_rank),
         "versions": versions,
         "ranks": ranks,
@@ -171,11 +191,13 @@ def render_block(summary: Mapping[str, Any]) -> str:
     lines = [
         "=" * 20 + " trcomp summary " + "=" * 20,
         f"backend        {backend} (asked: {summary.get('requested_backend')})",
+        f"compiled       {summary.get('compiled') or 'n/a'}",
         f"devices        {summary.get('devices')}; processes: {len(summary.get('ranks', []))}",
         f"compile time   {show('compile_time_s', ' s')}; graphs {show('graphs_compiled')}; "
         f"recompiles {show('recompiles')}; graph breaks {show('graph_breaks')}",
         f"first step     {show('first_step_s', ' s')} after start; "
         f"steady step {show('step_time_s', ' s')} ({show('steps_per_s')} steps/s)",
+        f"speed-up       {speedup_line(summary.get('speedup'))}",
         f"cache          {summary.get('cache_dir') or 'off'}"
         + (" (warm)" if summary.get("cache_warm") else ""),
         f"exit           {summary.get('exit_code')}: {summary.get('outcome')}",
@@ -189,6 +211,23 @@ def render_block(summary: Mapping[str, Any]) -> str:
         )
     lines.append("=" * 56)
     return "\n".join(lines)
+
+
+def speedup_line(speedup: Mapping[str, Any] | None) -> str:
+    """``1.32x vs eager, measured in this job (...)``, or why it was not measured."""
+    if not speedup:
+        return "n/a"
+    if speedup.get("speedup_vs_eager") is None:
+        return f"not measured: {speedup.get('reason') or 'unknown'}"
+    where = "in this job" if speedup.get("source") == "measured" else "by an earlier job"
+    line = (
+        f"{speedup['speedup_vs_eager']:.2f}x vs eager, measured {where} (compiled "
+        f"{speedup['compiled_step_s']:.4g} s, eager {speedup['eager_step_s']:.4g} s per "
+        f"step); kept {speedup['kept']}"
+    )
+    if speedup.get("cost_s") is not None:
+        line += f"; measuring cost {speedup['cost_s']:.3g} s"
+    return line
 
 
 def write_summary(path: Path, summary: Mapping[str, Any]) -> Path:

@@ -126,7 +126,12 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
             ExitCode.CONFIG,
         ) from None
     devices = detect_devices(job.num_gpus, job.environ)
-    report.facts.update(devices=str(devices), requested_backend=config.backend, debug=config.debug)
+    report.facts.update(
+        devices=str(devices),
+        requested_backend=config.backend,
+        debug=config.debug,
+        auto_compile=config.auto_compile,
+    )
     require_visible_gpus(job, devices)
     _warn(report, *devices.notes)
     backend = resolve_backend(config, devices)

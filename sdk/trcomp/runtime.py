@@ -121,14 +121,7 @@ def compile_kwargs(config: RuntimeConfig | Mapping[str, Any]) -> dict[str, Any]:
     """
     if not isinstance(config, RuntimeConfig):
         config = RuntimeConfig.model_validate(dict(config))
-    kwargs: dict[str, Any] = {"backend": "inductor"}
-    if config.mode != "default":
-        kwargs["mode"] = config.mode
-    if config.fullgraph:
-        kwargs["fullgraph"] = True
-    if config.dynamic is not None:
-        kwargs["dynamic"] = config.dynamic
-    return kwargs
+    return config.compile_kwargs()
 
 
 def compile(model: torch.nn.Module) -> torch.nn.Module:

@@ -33,7 +33,7 @@ def test_round_trip_through_the_environment() -> None:
 
 def test_the_variable_keeps_the_documented_keys() -> None:
     # docs/environment.md: every config field plus these.
-    extra = {"requested_backend", "engine", "fallback_reason", "trcomp_version"}
+    extra = {"requested_backend", "engine", "fallback_reason", "trcomp_version", "device_kind"}
     resolved = RuntimeConfig.resolved(CONFIG, backend="inductor", engine="inductor")
     body = json.loads(resolved.to_env()[CONFIG_ENV])
     assert set(body) == set(TrainingCompilerConfig.model_fields) | extra

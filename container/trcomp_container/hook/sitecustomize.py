@@ -10,7 +10,11 @@ and hooks in only when the script itself imports torch:
   the graph when the user compiles ``optimizer.step`` (no graph break);
 - dynamo's compile callbacks time every compilation and count recompiles;
 - torch-xla's metrics give its compile count and time;
-- an exception hook records an uncaught exception for the failure file.
+- an exception hook records an uncaught exception for the failure file;
+- under inductor, the one switch (``trcomp_switch``): compile a plain loop's
+  model (``trcomp_autocompile``) and measure eager against compiled steps,
+  keeping the faster when asked (``trcomp_speedup``);
+- on GPU hosts, torch-xla's device calls stop the script (``trcomp_xla_guard``).
 
 At exit each process that stepped, compiled or failed writes
 ``<TRCOMP_METRICS_DIR>/rank<RANK>-pid<PID>.json``; the entrypoint aggregates
@@ -65,6 +69,8 @@ class _State:
 
 
 _state = _State()
+_switch: Any = None  # trcomp_switch.Switch once torch is imported in a compiled job
+_EX_CONFIG = 64  # the entrypoint's exit code for a job it refuses (trcomp_container.failures)
 
 
 def _xla_compile_count() -> int | None:
@@ -91,6 +97,12 @@ def _record_step(optimizer_id: int) -> None:
     if _state.first_step_s is None:
         _state.first_step_s = time.time() - _START
     _state.clock.mark()
+    if _switch is not None:
+        try:
+            _switch.on_step(_state.steps, _state.compile_events, _state.clock)
+        except Exception as exc:  # never break the user's script over the measurement
+            _warn(f"the eager/compiled measurement stopped: {type(exc).__name__}: {exc}")
+            _switch.probe = None
     with contextlib.suppress(Exception):
         count = _xla_compile_count()
         if count is not None:
@@ -113,13 +125,33 @@ def _on_compile_end(args: Any) -> None:
         _state.recompiles += 1
 
 
+def _warn(message: str) -> None:
+    _state.warnings.append(message)
+    print(f"[trcomp] WARNING: {message}", file=sys.stderr, flush=True)
+
+
+def _runtime_config() -> Any:
+    """The resolved config (``TRCOMP_CONFIG``), or None outside a job or when unreadable."""
+    if not os.environ.get("TRCOMP_CONFIG"):
+        return None
+    from trcomp.contract.runtime_config import RuntimeConfig
+
+    return RuntimeConfig.from_env()
+
+
 def _after_torch(torch: ModuleType) -> None:
+    global _switch
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     register_optimizer_step_post_hook(_on_optimizer_step)
     options = os.environ.get("TRCOMP_INDUCTOR_OPTIONS")
     if options:
         _apply_inductor_options(json.loads(options))
+    config = _runtime_config()
+    if config is not None and config.enabled:
+        from trcomp_switch import Switch
+
+        _switch = Switch(torch, config, os.environ)
 
 
 def _apply_inductor_options(options: dict[str, Any]) -> None:
@@ -130,9 +162,7 @@ def _apply_inductor_options(options: dict[str, Any]) -> None:
         try:
             inductor_config.patch({key: value}).__enter__()
         except Exception as exc:
-            message = f"inductor option {key}={value!r} was not applied: {exc}"
-            _state.warnings.append(message)
-            print(f"[trcomp] WARNING: {message}", file=sys.stderr, flush=True)
+            _warn(f"inductor option {key}={value!r} was not applied: {exc}")
 
 
 def _after_codecache(codecache: ModuleType) -> None:
@@ -164,6 +194,18 @@ def _after_torch_xla(torch_xla: ModuleType) -> None:
     # atexit runs last-registered first: move our dump ahead of torch-xla's runtime teardown.
     atexit.unregister(_dump)
     atexit.register(_dump)
+    config = _runtime_config()
+    if config is not None and config.device_kind == "gpu" and config.engine != "torch_xla":
+        from trcomp_xla_guard import guard_device_calls, refusal
+
+        reason = refusal(config.engine)
+
+        def stop() -> None:
+            _state.error = {"type": "TorchXlaOnGpu", "message": reason, "traceback_tail": ""}
+            print(f"[trcomp] {reason}", file=sys.stderr, flush=True)
+            raise SystemExit(_EX_CONFIG)
+
+        guard_device_calls(torch_xla, stop)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -313,6 +355,8 @@ def _dump() -> None:
         "versions": _versions(),
     }
     try:
+        if _switch is not None:
+            body.update(_switch.report(time.time() - _START))
         body["compile"] = _compile_report()
         body["xla"] = _xla_report()
         body["jax"] = _jax_report()

@@ -40,6 +40,8 @@ InductorValue = bool | int | float | str
 # Matched with fullmatch: "$" would accept a trailing newline.
 _XLA_FLAG = re.compile(r"--xla_[a-z0-9_]+(=\S+)?")
 _INDUCTOR_KEY = re.compile(r"[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*")
+# Fields added after the first release: left out of the hyperparameters at their default.
+_NEWER_FIELDS = ("xla_engine", "auto_compile", "keep_faster")
 # Values echoed in error messages are cut to this many characters.
 _SHOWN_CHARS = 80
 
@@ -133,6 +135,22 @@ class TrainingCompilerConfig(BaseModel):
         "Scripts use trcomp.runtime.compile_step on the jax engine. Env `TRCOMP_XLA_ENGINE`.",
     )
 
+    auto_compile: bool = Field(
+        default=True,
+        description="Compile a plain PyTorch loop with no code change: during the first "
+        "optimizer step the start-up hook compiles, in place, each outermost module the "
+        "script calls in training mode with trainable parameters (inductor only; a model "
+        "the script compiled itself is left as it is). False: only what the script "
+        "compiles (trcomp.runtime, torch.compile, HF Trainer/Accelerate) is compiled.",
+    )
+    keep_faster: bool | None = Field(
+        default=None,
+        description="After measuring eager against compiled steps in the job, run the rest "
+        "of the job eager when the compiled steps are slower (beyond 5% noise). None: on "
+        "for backend='auto', off for an explicit backend (which then measures and reports "
+        "only). Inductor only.",
+    )
+
     @field_validator("xla_flags")
     @classmethod
     def _check_xla_flags(cls, flags: list[str]) -> list[str]:
@@ -163,6 +181,7 @@ class TrainingCompilerConfig(BaseModel):
                 "fullgraph": self.fullgraph,
                 "dynamic": self.dynamic is not None,
                 "inductor_options": bool(self.inductor_options),
+                "keep_faster": self.keep_faster is not None,
             }
             bad = [name for name, is_set in inductor_only.items() if is_set]
             if bad:
@@ -204,9 +223,10 @@ class TrainingCompilerConfig(BaseModel):
         AWS ``TrainingCompilerConfig`` does.
         """
         body = {VERSION_FIELD: __version__, **self.model_dump(mode="json")}
-        if self.xla_engine == "auto":
-            # Left out at its default, so containers older than the field still read the config.
-            del body["xla_engine"]
+        for name in _NEWER_FIELDS:
+            # Left out at their defaults, so containers older than the field still read the config.
+            if body[name] == self.model_fields[name].default:
+                del body[name]
         return {ENABLED_KEY: self.enabled, DEBUG_KEY: self.debug, CONFIG_KEY: body}
 
     def to_hyperparameters(self) -> dict[str, str]:

@@ -7,6 +7,7 @@ here, so a rename cannot leave one side behind.
 from __future__ import annotations
 
 __all__ = [
+    "CACHE_DIR_ENV",
     "CHECKPOINT_DIR_ENV",
     "CHECKPOINT_URI_ENV",
     "CONFIG_ENV",
@@ -58,4 +59,9 @@ CHECKPOINT_URI_ENV = "TRCOMP_CHECKPOINT_URI"
 
 The container reports the compile cache there in summary.json, not at its own
 mount point, which means nothing once the job is over.
+"""
+CACHE_DIR_ENV = "TRCOMP_CACHE_DIR"
+"""The compile cache the job's processes write to (persisted with the checkpoints at the end).
+
+The start-up hook keeps its eager-against-compiled decision there (``trcomp/speedup.json``).
 """

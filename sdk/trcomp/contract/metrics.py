@@ -22,6 +22,8 @@ METRICS: dict[str, str] = {
     "first_step_s": "seconds from script start to the end of the first optimizer step",
     "step_time_s": "steady-state seconds per optimizer step (median after warm-up)",
     "steps_per_s": "steady-state optimizer steps per second",
+    "eager_step_s": "seconds per optimizer step run eager in this job, to compare (median)",
+    "speedup_vs_eager": "eager_step_s over the compiled step time measured beside it",
 }
 
 _NUMBER = r"([0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"

@@ -27,10 +27,11 @@ from trcomp.contract.config import (
 )
 from trcomp.contract.keys import CONFIG_ENV
 
-__all__ = ["ConcreteBackend", "Engine", "RuntimeConfig"]
+__all__ = ["ConcreteBackend", "DeviceKind", "Engine", "RuntimeConfig"]
 
 ConcreteBackend = Literal["xla", "inductor"]
 Engine = Literal["inductor", "torch_xla", "jax"]
+DeviceKind = Literal["gpu", "tpu", "cpu"]
 
 
 class RuntimeConfig(BaseModel):
@@ -57,6 +58,8 @@ class RuntimeConfig(BaseModel):
     xla_flags: tuple[str, ...] = ()
     inductor_options: dict[str, InductorValue] = Field(default_factory=dict)
     xla_engine: XlaEngine = "auto"
+    auto_compile: bool = True
+    keep_faster: bool | None = None
     requested_backend: Backend = Field(
         default="auto", description="The config's backend, before `auto` was resolved."
     )
@@ -67,6 +70,30 @@ class RuntimeConfig(BaseModel):
         default=None, description="Why the job fell back to eager, when it did."
     )
     trcomp_version: str | None = Field(default=None, description="The trcomp that wrote it.")
+    device_kind: DeviceKind | None = Field(
+        default=None, description="What the host has: `gpu` (NVIDIA), `tpu` or `cpu`."
+    )
+
+    @property
+    def keeps_faster(self) -> bool:
+        """Whether the job runs eager when its compiled steps measure slower.
+
+        ``keep_faster`` when set; else on for ``backend="auto"``, off for an explicit backend.
+        """
+        if self.keep_faster is not None:
+            return self.keep_faster
+        return self.requested_backend == "auto"
+
+    def compile_kwargs(self) -> dict[str, Any]:
+        """The ``torch.compile`` arguments: only what differs from its defaults (pure)."""
+        kwargs: dict[str, Any] = {"backend": "inductor"}
+        if self.mode != "default":
+            kwargs["mode"] = self.mode
+        if self.fullgraph:
+            kwargs["fullgraph"] = True
+        if self.dynamic is not None:
+            kwargs["dynamic"] = self.dynamic
+        return kwargs
 
     @classmethod
     def resolved(
@@ -76,6 +103,7 @@ class RuntimeConfig(BaseModel):
         backend: ConcreteBackend | None,
         engine: Engine | None,
         fallback_reason: str | None = None,
+        device_kind: DeviceKind | None = None,
     ) -> RuntimeConfig:
         """``config`` with ``backend`` and ``engine`` made concrete (None for both: eager)."""
         fields: dict[str, Any] = {
@@ -86,6 +114,7 @@ class RuntimeConfig(BaseModel):
             "engine": engine,
             "fallback_reason": fallback_reason,
             "trcomp_version": __version__,
+            "device_kind": device_kind,
         }
         return cls(**fields)
 

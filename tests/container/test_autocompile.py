@@ -1,0 +1,193 @@
+"""The zero-code compile of plain PyTorch loops, in real jobs through the real entrypoint.
+
+The script (tests/container/scripts/plain_loop.py) imports neither trcomp nor
+calls torch.compile. Every case of what the start-up hook must compile, leave
+alone, or report, runs as its own job; the inductor jobs of this module share
+one FX graph cache so that only the first compile of each graph is cold.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import jobs
+from trcomp.config import TrainingCompilerConfig
+
+pytestmark = pytest.mark.slow
+
+STEPS = 20
+
+
+@pytest.fixture(scope="module")
+def graph_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fx-cache")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory, graph_cache: Path):
+    """Run the plain loop's ``case`` as a job; each (case, config) once per module."""
+    done: dict[str, jobs.JobRun] = {}
+
+    def run_case(case: str, config: TrainingCompilerConfig | None, **hyperparameters):
+        key = f"{case}-{config!r}-{sorted(hyperparameters.items())}"
+        if key not in done:
+            done[key] = jobs.run_job(
+                tmp_path_factory.mktemp(case),
+                config=config,
+                entry_point="plain_loop.py",
+                hyperparameters={"case": case, "steps": STEPS, **hyperparameters},
+                env={"TORCHINDUCTOR_CACHE_DIR": str(graph_cache)},
+            )
+            assert done[key].returncode == 0, done[key].output[-3000:]
+        return done[key]
+
+    return run_case
+
+
+OFF = TrainingCompilerConfig(enabled=False)
+
+
+def losses(job: jobs.JobRun) -> list[float]:
+    import json
+
+    return json.loads((job.base / "model" / "losses.json").read_text())
+
+
+def close(a: list[float], b: list[float], tol: float = 1e-4) -> bool:
+    return len(a) == len(b) == STEPS and all(math.isclose(x, y, abs_tol=tol) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("backend", ["auto", "inductor"])
+def test_a_plain_loop_is_compiled_with_no_code_change(run, backend):
+    job = run("plain", TrainingCompilerConfig(backend=backend))
+    summary = job.summary
+    assert summary["metrics"]["graphs_compiled"] >= 1
+    (rank,) = summary["ranks"]
+    assert [m["module"] for m in rank["autocompile"]["modules"]] == ["TinyLM"]
+    assert rank["autocompile"]["skipped"] == {"CrossEntropyLoss": "no trainable parameters"}
+    assert summary["compiled"] == "TinyLM (by trcomp, no code change); 1 graph"
+    assert not [w for w in summary["warnings"] if "nothing was compiled" in w]
+    # The eager steps of the measurement leave the losses where eager puts them.
+    assert close(losses(job), losses(run("plain", OFF)))
+
+
+def test_every_inductor_job_measures_its_speedup_over_eager(run):
+    summary = run("plain", TrainingCompilerConfig(backend="auto")).summary
+    speedup = summary["speedup"]
+    assert speedup["source"] == "measured" and speedup["eager_steps"] == [8, 9, 10, 11]
+    assert speedup["kept"] in ("compiled", "eager")
+    metrics = summary["metrics"]
+    assert {"eager_step_s", "step_time_s", "speedup_vs_eager"} <= set(metrics)
+    assert metrics["speedup_vs_eager"] == speedup["speedup_vs_eager"]
+    assert "vs eager, measured in this job" in jobs_log(run, "plain")
+
+
+def jobs_log(run, case: str) -> str:
+    return run(case, TrainingCompilerConfig(backend="auto")).output
+
+
+def test_the_loss_outside_forward_and_evaluation_between_steps(run):
+    job = run("eval", TrainingCompilerConfig(backend="inductor"))
+    summary = job.summary
+    assert summary["metrics"]["graphs_compiled"] >= 2  # training and eval graphs
+    assert summary["metrics"]["recompiles"] >= 1  # the eval call guards on training/grad mode
+    assert close(losses(job), losses(run("eval", OFF)))
+
+
+def test_two_trained_models_are_both_compiled(run):
+    job = run("gan", TrainingCompilerConfig(backend="inductor"))
+    modules = job.summary["ranks"][0]["autocompile"]["modules"]
+    assert [m["module"] for m in modules] == ["Sequential", "Sequential"]
+    assert job.summary["metrics"]["graphs_compiled"] >= 2
+    assert close(losses(job), losses(run("gan", OFF)))
+
+
+def test_a_frozen_teacher_in_eval_mode_is_left_eager(run):
+    job = run("teacher", TrainingCompilerConfig(backend="inductor"))
+    auto = job.summary["ranks"][0]["autocompile"]
+    assert [m["module"] for m in auto["modules"]] == ["TinyLM"]  # the student only
+    assert auto["skipped"]["TinyLM"] == "eval mode"
+    assert close(losses(job), losses(run("teacher", OFF)))
+
+
+def test_a_model_the_script_compiled_itself_is_not_compiled_again(run):
+    job = run("compiled", TrainingCompilerConfig(backend="inductor"))
+    auto = job.summary["ranks"][0]["autocompile"]
+    assert auto["modules"] == [] and auto["script_compiled"] == ["TinyLM"]
+    assert job.summary["compiled"] == "TinyLM (by the script); 1 graph"
+    assert job.summary["metrics"]["recompiles"] == 0
+
+
+def test_a_forward_dynamo_cannot_trace_runs_eager_and_says_why(run):
+    job = run("untraceable", TrainingCompilerConfig(backend="inductor", fallback="eager"))
+    summary = job.summary
+    assert summary["metrics"]["graphs_compiled"] == 0
+    assert summary["compiled"] == "nothing: Untraceable (by trcomp, no code change)"
+    (warning,) = [w for w in summary["warnings"] if "nothing was compiled" in w]
+    assert "dynamo could not trace the model" in warning and "disable" in warning
+    assert "not measured" in job.output  # no speed-up without compiled steps
+
+
+def test_a_compilation_that_fails_falls_back_to_eager_with_the_reason(run):
+    # Inductor's own fault injection: the generated C++ for relu does not compile.
+    broken = TrainingCompilerConfig(
+        backend="inductor", inductor_options={"cpp.inject_relu_bug_TESTING_ONLY": "compile_error"}
+    )
+    job = run("plain", broken)
+    (module,) = job.summary["ranks"][0]["autocompile"]["modules"]
+    assert module["failed"] and "BackendCompilerFailed" in module["failed"]
+    assert job.summary["compiled"] == "nothing: TinyLM (failed, ran eager)"
+    (warning,) = [w for w in job.summary["warnings"] if "nothing was compiled" in w]
+    assert "compiling TinyLM failed" in warning and "fallback='fail'" in warning
+    assert close(losses(job), losses(run("plain", OFF)))
+
+
+def test_auto_compile_off_compiles_nothing_and_says_so(run):
+    job = run("plain", TrainingCompilerConfig(backend="inductor", auto_compile=False))
+    assert job.summary["metrics"]["graphs_compiled"] == 0
+    assert job.summary["ranks"][0]["autocompile"] is None
+    (warning,) = [w for w in job.summary["warnings"] if "nothing was compiled" in w]
+    assert "auto_compile=False" in warning
+    assert "WARNING" in job.output and "nothing was compiled" in job.output
+
+
+def test_ddp_under_torchrun_compiles_the_wrapped_model_and_the_ranks_agree(run):
+    job = run(
+        "ddp",
+        TrainingCompilerConfig(backend="inductor"),
+        sagemaker_torch_distributed_enabled=True,
+    )
+    summary = job.summary
+    assert summary["nproc_per_node"] == 2 and len(summary["ranks"]) == 2
+    for rank in summary["ranks"]:
+        (module,) = rank["autocompile"]["modules"]
+        assert module["module"] == "DistributedDataParallel(TinyLM)" and not module["failed"]
+        assert rank["graphs_compiled"] >= 1
+    decisions = [rank["speedup"]["decision"] for rank in summary["ranks"]]
+    # One decision for the job: the ranks agreed on the slowest rank's numbers.
+    assert decisions[0] == decisions[1] and decisions[0]["source"] == "measured"
+    assert close(losses(job), losses(run("ddp", OFF, sagemaker_torch_distributed_enabled=True)))
+
+
+def test_the_decision_is_stored_and_read_back_by_the_next_job_of_the_lineage(tmp_path, graph_cache):
+    config = TrainingCompilerConfig(backend="auto")
+    base = tmp_path / "job"
+    hyperparameters = {"case": "plain", "steps": STEPS}
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(graph_cache)}
+    first = jobs.run_job(
+        base, config=config, entry_point="plain_loop.py", hyperparameters=hyperparameters, env=env
+    )
+    assert first.returncode == 0, first.output[-3000:]
+    measured = first.summary["speedup"]
+    assert measured["source"] == "measured"
+    # The same lineage (the same checkpoint directory): the next job starts with the decision.
+    second = jobs.run_train(base, env=env)
+    assert second.returncode == 0, second.output[-3000:]
+    stored = second.summary["speedup"]
+    assert stored["source"] == "stored" and stored["eager_steps"] == []
+    assert stored["kept"] == measured["kept"]
+    assert stored["speedup_vs_eager"] == measured["speedup_vs_eager"]
+    assert "measured by an earlier job" in second.output
