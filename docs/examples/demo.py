@@ -33,6 +33,14 @@ def make_data(directory: Path, vocab: int = 64, rows: int = 512, seq_len: int = 
     return directory
 
 
+def speedup_text(speedup: dict) -> str:
+    """``1.32x vs eager, measured in this job; kept compiled``, or why it was not measured."""
+    if speedup.get("speedup_vs_eager") is None:
+        return f"not measured ({speedup.get('reason')})"
+    where = "in this job" if speedup.get("source") == "measured" else "by an earlier job"
+    return f"{speedup['speedup_vs_eager']:.2f}x vs eager, measured {where}; kept {speedup['kept']}"
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instance-type", default="local_process")
@@ -72,6 +80,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"backend:  {summary.get('backend')} (asked: {summary.get('requested_backend')})")
     for name in METRICS:
         print(f"{name + ':':17} {metrics.get(name, 'n/a')}")
+    print(f"compiled: {summary.get('compiled')}")
+    print(f"speed-up: {speedup_text(summary.get('speedup') or {})}")
     print(f"cache:    {'warm' if summary.get('cache_warm') else 'cold'} ({work / 'checkpoints'})")
     return summary
 
