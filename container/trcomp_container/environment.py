@@ -67,7 +67,7 @@ def build_environment(
     defaults: dict[str, str] = {}
     cache_root = (cache_dir or paths.cache) if config.cache else scratch_dir
     if config.cache and backend is not None:
-        # Where the hook keeps what the next job of the lineage reuses (the eager/compiled decision).
+        # Where the hook keeps what the next job of the lineage reuses (the speed-up decision).
         decided[CACHE_DIR_ENV] = str(cache_root)
     if backend == "inductor":
         decided.update(inductor.environment(config))

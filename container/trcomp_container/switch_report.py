@@ -112,18 +112,18 @@ def speedup_summary(records: Sequence[Record]) -> dict[str, Any] | None:
     """The job's one decision (every rank agreed on it), or why there is none."""
     if not records:
         return None
-    reports = [record.get("speedup") for record in records if record.get("speedup")]
+    reports: list[Record] = [r["speedup"] for r in records if r.get("speedup")]
     if not reports:
         return None
     report = next((r for r in reports if r.get("decision")), reports[0])
-    decision = report.get("decision")
+    decision: Mapping[str, Any] = report.get("decision") or {}
     body: dict[str, Any] = {
-        "kept": decision["keep"] if decision else None,
-        "eager_step_s": decision["eager_step_s"] if decision else None,
-        "compiled_step_s": decision["compiled_step_s"] if decision else None,
-        "speedup_vs_eager": decision["speedup"] if decision else None,
-        "reason": decision["reason"] if decision else report.get("not_measured"),
-        "source": decision["source"] if decision else None,
+        "kept": decision.get("keep"),
+        "eager_step_s": decision.get("eager_step_s"),
+        "compiled_step_s": decision.get("compiled_step_s"),
+        "speedup_vs_eager": decision.get("speedup"),
+        "reason": decision.get("reason") or report.get("not_measured"),
+        "source": decision.get("source"),
         "eager_steps": report.get("eager_steps") or [],
         "cost_s": report.get("cost_s"),
         "cost_share": report.get("cost_share"),

@@ -20,7 +20,11 @@ Every result is written at once to ``<out>/gpu-check.json`` and ``.md``
    against a synchronized measurement, under CUDA graphs;
 6. ``ddp``: two GPUs under torchrun with NCCL: ``runtime.device()`` sets each
    rank's device; DDP step time against compute alone and all-reduce alone
-   (overlap), for eager, ``DDP(compile(m))`` and ``compile(DDP(m))``.
+   (overlap), for eager, ``DDP(compile(m))`` and ``compile(DDP(m))``;
+7. ``zero-code``: a plain loop (no torch.compile) under the start-up hook with
+   the environment the entrypoint builds for this GPU host and
+   ``backend="auto"``: what the hook compiled, and the speed-up over eager the
+   job measured of itself (and which one it kept).
 
 Needs torch (and pydantic, for ``trcomp.runtime``); run from a checkout with
 ``PYTHONPATH=sdk:container`` or with trcomp installed.
@@ -212,6 +216,67 @@ def check_ddp(args: argparse.Namespace, cap: float) -> dict[str, Any]:
     return _outcome(done, marked_json(done.stdout))
 
 
+def zero_code_env(scratch: Path, gpus: int, metrics_dir: Path) -> dict[str, str]:
+    """What the entrypoint sets for a plain loop under ``backend="auto"`` on this host.
+
+    The start-up hook on ``PYTHONPATH``, the resolved config and the metrics
+    directory: a child with these compiles its model with no code change and
+    measures its own speed-up over eager (its record lands in ``metrics_dir``).
+    """
+    from trcomp.contract.config import TrainingCompilerConfig
+    from trcomp_container.devices import Devices
+    from trcomp_container.environment import build_environment
+    from trcomp_container.job import JobPaths
+
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    built = build_environment(
+        config=TrainingCompilerConfig(backend="auto"),
+        backend="inductor",
+        devices=Devices(gpus=gpus, host_gpus=gpus),
+        paths=JobPaths.under(scratch / "zero-code-ml"),
+        base_env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+        metrics_dir=metrics_dir,
+        scratch_dir=scratch / "zero-code-scratch",
+    )
+    keep = ("TRCOMP_CONFIG", "TRCOMP_BACKEND", "TRCOMP_METRICS_DIR", "PYTHONPATH")
+    return {key: built[key] for key in keep}
+
+
+def job_speedup(metrics_dir: Path) -> dict[str, Any] | None:
+    """What the hook's record in ``metrics_dir`` says the child compiled and measured."""
+    from trcomp_container.summary import read_rank_records
+
+    records = read_rank_records(metrics_dir) if metrics_dir.is_dir() else []
+    if not records:
+        return None
+    record = records[0]
+    decision = (record.get("speedup") or {}).get("decision") or {}
+    return {
+        "compiled_modules": (record.get("autocompile") or {}).get("modules"),
+        "graphs": (record.get("compile") or {}).get("graphs"),
+        "speedup_vs_eager": decision.get("speedup"),
+        "kept": decision.get("keep"),
+        "eager_step_s": decision.get("eager_step_s"),
+        "compiled_step_s": decision.get("compiled_step_s"),
+        "measurement": record.get("speedup"),
+        "step_clock": record.get("step_clock"),
+    }
+
+
+def check_zero_code(args: argparse.Namespace, cap: float) -> dict[str, Any]:
+    """The zero-code compile and the job's own speed-up measurement, on this GPU."""
+    ranks = args.scratch / "zero-code-ranks"
+    hooked = zero_code_env(args.scratch, 0 if args.dry_run else 1, ranks)
+    env = _env(args, CUDA_VISIBLE_DEVICES="0", **hooked)
+    result = _body(args, "plain-loop", cap, env)
+    if result["status"] != "ok":
+        return result
+    found = job_speedup(ranks)
+    if found is None:
+        return {**result, "status": "FAILED: the metrics hook wrote no record"}
+    return {**result, **found}
+
+
 CHECKS = [
     Check("environment", 90, check_environment),
     Check("visible-devices", 90, check_visible_devices),
@@ -219,6 +284,7 @@ CHECKS = [
     Check("engines", 200, check_engines),
     Check("step-metric", 120, check_step_metric),
     Check("ddp", 240, check_ddp),
+    Check("zero-code", 150, check_zero_code),
 ]
 
 

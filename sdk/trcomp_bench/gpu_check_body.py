@@ -231,7 +231,26 @@ def part_ddp(args: argparse.Namespace) -> dict[str, Any] | None:
     return {**facts, **timings} if rank == 0 else None
 
 
-PARTS = {"engines": part_engines, "step-metric": part_step_metric, "ddp": part_ddp}
+def part_plain_loop(args: argparse.Namespace) -> dict[str, Any]:
+    """A plain loop, no torch.compile: the start-up hook (set up by the parent) compiles it.
+
+    Long enough for the job's own eager-against-compiled measurement (15 steps).
+    """
+    device = _device(args.dry_run)
+    torch.manual_seed(0)
+    model = make_model(args.dry_run).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    step = _stepper(model, optimizer, _batch(args.dry_run, device))
+    losses = [float(step()) for _ in range(max(args.steps, 24))]
+    return {"device": str(device), "steps": len(losses), "final_loss": losses[-1]}
+
+
+PARTS = {
+    "engines": part_engines,
+    "step-metric": part_step_metric,
+    "ddp": part_ddp,
+    "plain-loop": part_plain_loop,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

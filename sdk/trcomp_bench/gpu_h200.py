@@ -76,7 +76,9 @@ __all__ = [
 ]
 
 PEAK_TFLOPS = 989.0  # H200 SXM, dense bf16 tensor cores (1979 is the 2:4-sparse figure)
-BACKENDS = ("eager", "jax", "jax-warm", "inductor", "max-autotune")
+# zero-code: the loop compiles nothing itself; the start-up hook compiles it and
+# measures its own speed-up over eager (backend="auto"), as in a trcomp job.
+BACKENDS = ("eager", "jax", "jax-warm", "inductor", "zero-code", "max-autotune")
 JAX_BACKENDS = ("jax", "jax-warm")
 
 
@@ -300,7 +302,15 @@ def _markdown(log: ResultLog) -> str:
     skipped = [
         f"- {e['model']}/{e['backend']}: {e['status']}" for e in log.entries if "result" not in e
     ]
-    return head + format_report(results) + ("\n" + "\n".join(skipped) if skipped else "")
+    measured = [
+        f"- {e['model']}/zero-code: the job measured {found['speedup_vs_eager']:.2f}x vs eager "
+        f"(compiled {found['compiled_step_s']:.4g} s, eager {found['eager_step_s']:.4g} s per "
+        f"step), kept {found['kept']}"
+        for e in log.entries
+        if (found := e.get("job_speedup")) and found.get("speedup_vs_eager")
+    ]
+    notes = skipped + measured
+    return head + format_report(results) + ("\n" + "\n".join(notes) if notes else "")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -332,6 +342,12 @@ def _runner(
                    "--warmup", str(args.warmup)]  # fmt: skip
         command += ["--dry-run"] if args.dry_run else []
         env = None
+        ranks = Path(f"{args.out}-zero-code-ranks") / model
+        if backend == "zero-code":
+            from trcomp_bench.gpu_check import zero_code_env
+
+            hooked = zero_code_env(Path(f"{args.out}-zero-code"), 0 if args.dry_run else 1, ranks)
+            env = {**os.environ, **hooked}
         if backend in JAX_BACKENDS:
             cache = Path(f"{args.out}-jax-cache") / model
             if backend == "jax":  # cold: an empty cache; jax-warm then reuses it
@@ -345,7 +361,12 @@ def _runner(
         if done.returncode != 0 or body is None:
             status = f"exit {done.returncode}: {done.stderr[-600:]}"
             return {"seconds": round(done.seconds, 1), "status": status}
-        return {"seconds": round(done.seconds, 1), "status": "ok", "result": body}
+        entry = {"seconds": round(done.seconds, 1), "status": "ok", "result": body}
+        if backend == "zero-code":
+            from trcomp_bench.gpu_check import job_speedup
+
+            entry["job_speedup"] = job_speedup(ranks)
+        return entry
 
     return run
 

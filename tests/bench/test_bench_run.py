@@ -189,3 +189,23 @@ def test_launch_overhead_in_process_mode(clean_env: pytest.MonkeyPatch) -> None:
         "| launch | compiler | repeats | median wall (s) | median overhead (s) |\n"
         "|---|---|---|---|---|\n| process mode | on | 1 | "
     )
+
+
+@pytest.mark.slow
+def test_gpu_script_runs_a_plain_loop_that_the_hook_compiles_and_measures(tmp_path: Path) -> None:
+    sdk = Path(gpu_h200.__file__).parents[1]
+    container = sdk.parent / "container"
+    out = tmp_path / "gpu"
+    proc = subprocess.run(
+        [sys.executable, "-m", "trcomp_bench.gpu_h200", "--dry-run", "--models", "gpt2-small",
+         "--backends", "zero-code", "--steps", "20", "--warmup", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+        env={"PATH": "/usr/bin:/bin", "USE_TORCH_XLA": "0",
+             "PYTHONPATH": f"{sdk}:{container}"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (entry,) = json.loads((tmp_path / "gpu.json").read_text())["results"]
+    found = entry["job_speedup"]
+    assert [m["module"] for m in found["compiled_modules"]] == ["GPT2LMHeadModel"]
+    assert found["graphs"] >= 1 and found["kept"] in ("compiled", "eager")
+    assert "gpt2-small/zero-code: the job measured" in proc.stdout

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trcomp_bench.gpu_check import CHECKS
+from trcomp_bench.gpu_check import BUDGET_S, CHECKS
 from trcomp_bench.runs import Job, ResultLog, run_capped, run_jobs
 
 ROOT = Path(__file__).parents[2]
@@ -25,8 +25,10 @@ def test_checks_run_cheapest_first() -> None:
         "engines",
         "step-metric",
         "ddp",
+        "zero-code",
     ]
-    assert sum(c.cap_s for c in CHECKS) < 15 * 60  # each capped; the whole run has a budget
+    # Each is capped, and the whole run has its budget (BUDGET_S) on top.
+    assert all(c.cap_s <= BUDGET_S for c in CHECKS)
 
 
 def test_results_are_on_disk_after_each_entry(tmp_path: Path) -> None:
@@ -101,3 +103,7 @@ def test_gpu_check_dry_run_passes_on_cpu(tmp_path: Path) -> None:
     assert results["step-metric"]["hook_steps"] == results["step-metric"]["hook_steps_expected"]
     assert results["ddp"]["world_size"] == 2
     assert "## ddp: ok" in (tmp_path / "gpu-check.md").read_text()
+    zero_code = results["zero-code"]
+    assert [m["module"] for m in zero_code["compiled_modules"]] == ["Sequential"]
+    assert zero_code["graphs"] >= 1 and zero_code["kept"] in ("compiled", "eager")
+    assert zero_code["speedup_vs_eager"] > 0

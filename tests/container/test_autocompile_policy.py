@@ -42,7 +42,8 @@ def test_torch_still_has_the_names_the_policy_relies_on():
     module.compile(backend="eager")
     assert module._compiled_call_impl is not None
     assert issubclass(torch._dynamo.OptimizedModule, nn.Module)
-    assert issubclass(torch._dynamo.exc.BackendCompilerFailed, torch._dynamo.exc.TorchDynamoException)
+    errors = torch._dynamo.exc
+    assert issubclass(errors.BackendCompilerFailed, errors.TorchDynamoException)
 
 
 def test_the_outermost_trained_module_is_compiled_in_place_once(policy):

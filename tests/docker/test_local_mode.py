@@ -29,7 +29,7 @@ def _estimator(dirs: dict[str, Path], role: str, **kwargs: Any) -> Any:
     kwargs.setdefault("instance_count", 1)
     kwargs.setdefault("compiler_config", trcomp.TrainingCompilerConfig())
     return trcomp.PyTorch(
-        entry_point="train_tiny.py",
+        entry_point=kwargs.pop("entry_point", "train_tiny.py"),
         source_dir=str(dirs["source"]),
         role=role,
         output_path=f"file://{dirs['output']}",
@@ -280,3 +280,36 @@ def test_two_jobs_with_one_output_path_keep_both_models(
         models.append(_artifacts(estimator) / "model.tar.gz")
     assert models[0] != models[1]
     assert all("model.pt" in _members(model) for model in models)
+
+
+def test_a_plain_loop_compiles_with_no_code_change_in_docker(
+    image: str, job_dirs: dict[str, Path], role: str, quiet_aws: None
+) -> None:
+    import shutil
+
+    import trcomp
+
+    plain = Path(__file__).parents[1] / "container" / "scripts" / "plain_loop.py"
+    shutil.copy(plain, job_dirs["source"] / "plain_loop.py")
+    losses = {}
+    for name, config in {
+        "auto": trcomp.TrainingCompilerConfig(),
+        "off": trcomp.TrainingCompilerConfig(enabled=False),
+    }.items():
+        estimator = _estimator(
+            job_dirs,
+            role,
+            entry_point="plain_loop.py",
+            compiler_config=config,
+            hyperparameters={"steps": 16},
+        )
+        estimator.fit({"training": f"file://{job_dirs['data']}"})
+        artifacts = _artifacts(estimator)
+        losses[name] = json.loads(_members(artifacts / "model.tar.gz")["losses.json"])
+        summary = json.loads(_members(artifacts / "output.tar.gz")["data/compiler/summary.json"])
+        if name == "auto":
+            assert summary["metrics"]["graphs_compiled"] >= 1
+            assert summary["compiled"] == "TinyLM (by trcomp, no code change); 1 graph"
+            assert summary["speedup"]["source"] == "measured"
+    assert len(losses["auto"]) == 16
+    assert all(abs(a - b) < 1e-4 for a, b in zip(losses["auto"], losses["off"], strict=True))

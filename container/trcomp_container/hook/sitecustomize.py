@@ -40,6 +40,7 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
+import trcomp_reports
 from trcomp_stepclock import StepClock
 
 __all__: list[str] = []
@@ -113,6 +114,8 @@ def _record_step(optimizer_id: int) -> None:
 
 def _on_compile_start(args: Any) -> None:
     _state.compile_started = time.perf_counter()
+    if _switch is not None:
+        _switch.before_compile()
 
 
 def _on_compile_end(args: Any) -> None:
@@ -253,85 +256,6 @@ def _except_hook(kind: type[BaseException], value: BaseException, tb: TracebackT
     _previous_except_hook(kind, value, tb)
 
 
-def _compile_report() -> dict[str, Any]:
-    report: dict[str, Any] = {
-        "time_s": round(_state.compile_s, 4),
-        "events": _state.compile_events,
-        "recompiles": _state.recompiles,
-        "graphs": 0,
-        "graph_breaks": 0,
-        "graph_break_reasons": {},
-    }
-    if "torch._dynamo" in sys.modules:
-        from torch._dynamo.utils import counters
-
-        breaks = dict(counters["graph_break"])
-        report["graphs"] = int(counters["stats"]["unique_graphs"])
-        report["graph_breaks"] = int(sum(breaks.values()))
-        top = sorted(breaks.items(), key=lambda item: -item[1])[:20]
-        report["graph_break_reasons"] = {reason[:300]: count for reason, count in top}
-        report["cache"] = {
-            "fxgraph_hit": int(counters["inductor"]["fxgraph_cache_hit"]),
-            "fxgraph_miss": int(counters["inductor"]["fxgraph_cache_miss"]),
-            "aotautograd_hit": int(counters["aot_autograd"]["autograd_cache_hit"]),
-            "aotautograd_miss": int(counters["aot_autograd"]["autograd_cache_miss"]),
-        }
-    return report
-
-
-def _xla_report() -> dict[str, Any] | None:
-    if "torch_xla" not in sys.modules:
-        return None
-    import torch_xla.debug.metrics as met
-
-    data = met.metric_data("CompileTime")
-    counters = {
-        name: met.counter_value(name)
-        for name in met.counter_names()
-        if name.startswith("aten::") or "Cache" in name or "Compile" in name
-    }
-    steady = None
-    if _state.xla_compiles_at_step3 is not None and _state.xla_compiles_at_last_step is not None:
-        steady = _state.xla_compiles_at_last_step - _state.xla_compiles_at_step3
-    return {
-        "compiles": int(data[0]) if data else 0,
-        "compile_time_s": round(data[1] / 1e9, 4) if data else 0.0,
-        "compiles_after_warmup": steady,
-        "counters": counters,
-    }
-
-
-def _jax_report() -> dict[str, Any] | None:
-    engine = sys.modules.get("trcomp.runtime_jax")
-    return None if engine is None else engine.STATS.as_dict()
-
-
-def _versions() -> dict[str, str]:
-    found = {}
-    for name in ("torch", "torch_xla", "jax", "torchax", "transformers", "accelerate"):
-        module = sys.modules.get(name)
-        if module is not None:
-            found[name] = str(getattr(module, "__version__", "unknown"))
-    return found
-
-
-def _write_debug_reports(rank: str) -> None:
-    directory = os.environ.get("TRCOMP_COMPILER_DIR")
-    if not directory:
-        return
-    target = Path(directory)
-    target.mkdir(parents=True, exist_ok=True)
-    if "torch._dynamo" in sys.modules:
-        from torch._dynamo.utils import compile_times
-
-        text = compile_times(repr="str", aggregate=True)
-        (target / f"compile_times.rank{rank}.txt").write_text(str(text))
-    if "torch_xla" in sys.modules:
-        import torch_xla.debug.metrics as met
-
-        (target / f"xla_metrics_report.rank{rank}.txt").write_text(met.metrics_report())
-
-
 def _dump() -> None:
     directory = os.environ.get("TRCOMP_METRICS_DIR")
     compiled = _state.compile_events > 0 or any(
@@ -352,16 +276,20 @@ def _dump() -> None:
         "step_clock": _state.clock.source,
         "error": _state.error,
         "warnings": _state.warnings,
-        "versions": _versions(),
+        "versions": trcomp_reports.versions(),
     }
     try:
         if _switch is not None:
             body.update(_switch.report(time.time() - _START))
-        body["compile"] = _compile_report()
-        body["xla"] = _xla_report()
-        body["jax"] = _jax_report()
+        body["compile"] = trcomp_reports.compile_report(
+            _state.compile_s, _state.compile_events, _state.recompiles
+        )
+        body["xla"] = trcomp_reports.xla_report(
+            _state.xla_compiles_at_step3, _state.xla_compiles_at_last_step
+        )
+        body["jax"] = trcomp_reports.jax_report()
         if os.environ.get("TRCOMP_DEBUG") == "1":
-            _write_debug_reports(rank)
+            trcomp_reports.write_debug_reports(rank)
     except Exception as exc:
         body["hook_error"] = f"{type(exc).__name__}: {exc}"
     path = Path(directory) / f"rank{rank}-pid{os.getpid()}.json"

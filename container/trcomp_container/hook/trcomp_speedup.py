@@ -85,17 +85,26 @@ def decide(
     if speedup >= 1 - margin:
         verdict = "faster than" if speedup > 1 + margin else "within noise of"
         return Decision(
-            "compiled", eager_s, compiled_s, speedup, f"compiled steps ran {shown} of eager "
-            f"({verdict} eager): kept compiling"
+            "compiled",
+            eager_s,
+            compiled_s,
+            speedup,
+            f"compiled steps ran {shown} of eager ({verdict} eager): kept compiling",
         )
     if keep_faster:
         return Decision(
-            "eager", eager_s, compiled_s, speedup,
+            "eager",
+            eager_s,
+            compiled_s,
+            speedup,
             f"compiled steps ran {shown} of eager, slower beyond the {margin:.0%} noise "
             "margin: the rest of the job ran eager (keep_faster)",
         )
     return Decision(
-        "compiled", eager_s, compiled_s, speedup,
+        "compiled",
+        eager_s,
+        compiled_s,
+        speedup,
         f"compiled steps ran {shown} of eager, slower beyond the {margin:.0%} noise margin; "
         "kept compiling because keep_faster is off (an explicit backend): set "
         "keep_faster=True to let such jobs run eager",
@@ -138,12 +147,19 @@ class SpeedupProbe:
     _last_events: int = 0
 
     def on_step(
-        self, step: int, compile_events: int, finish: Callable[[Measurement], str | None]
+        self,
+        step: int,
+        compile_events: int,
+        finish: Callable[[Measurement], str | None],
+        *,
+        compiled: bool = True,
     ) -> str | None:
+        """After 1-based ``step``; ``compiled``: some graph exists (compile events alone may
+        be frames dynamo tried and skipped)."""
         clean = compile_events == self._last_events
         self._last_events = compile_events
         if self.phase == "warmup":
-            if compile_events and step >= self.warmup:
+            if compile_events and compiled and step >= self.warmup:
                 self.phase = "compiled"
             elif step >= _GIVE_UP_AFTER:
                 self._give_up("nothing was compiled in the first steps")

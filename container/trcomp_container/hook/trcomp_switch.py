@@ -27,7 +27,7 @@ from trcomp_speedup import (
     step_times,
 )
 
-__all__ = ["Switch", "NO_EAGER_IN_PROCESS"]
+__all__ = ["NO_EAGER_IN_PROCESS", "Switch"]
 
 NO_EAGER_IN_PROCESS = {
     "torch_xla": "torch-xla traces lazily on its own device: the same process cannot run "
@@ -104,6 +104,15 @@ class Switch:
 
     # -- steps ------------------------------------------------------------------
 
+    def before_compile(self) -> None:
+        """Dynamo starts compiling: the global hooks go first, so no graph guards on them.
+
+        A graph traced while they are registered would guard on their number and
+        compile again once they are removed.
+        """
+        if self.autocompile is not None and self.autocompile.active:
+            self.autocompile.remove()
+
     def on_step(self, step: int, compile_events: int, clock: Any) -> None:
         """After optimizer step ``step`` (1-based) of the job's first optimizer."""
         if self.autocompile is not None and self.autocompile.active:
@@ -114,7 +123,7 @@ class Switch:
         def finish(measurement: Measurement) -> str | None:
             return self._finish(measurement, clock)
 
-        stance = self.probe.on_step(step, compile_events, finish)
+        stance = self.probe.on_step(step, compile_events, finish, compiled=_graphs() > 0)
         if stance is not None:
             self._set_stance(stance)
 
@@ -178,6 +187,15 @@ class Switch:
             report["cost_s"] = round(max(0.0, extra), 6)
             report["cost_share"] = round(max(0.0, extra) / wall_s, 6) if wall_s > 0 else None
         return report
+
+
+def _graphs() -> int:
+    """Graphs dynamo compiled in this process (0 when dynamo never ran)."""
+    if "torch._dynamo" not in sys.modules:
+        return 0
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def _reduce_max() -> Any:

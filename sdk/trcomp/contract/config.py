@@ -39,7 +39,7 @@ InductorValue = bool | int | float | str
 
 # Matched with fullmatch: "$" would accept a trailing newline.
 _XLA_FLAG = re.compile(r"--xla_[a-z0-9_]+(=\S+)?")
-_INDUCTOR_KEY = re.compile(r"[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*")
+_INDUCTOR_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 # Fields added after the first release: left out of the hyperparameters at their default.
 _NEWER_FIELDS = ("xla_engine", "auto_compile", "keep_faster")
 # Values echoed in error messages are cut to this many characters.
@@ -170,7 +170,7 @@ class TrainingCompilerConfig(BaseModel):
             if not _INDUCTOR_KEY.fullmatch(key):
                 raise ValueError(
                     f"inductor_options key {_shown(key)} is not a torch._inductor.config name: "
-                    "use dotted lower-case names such as 'triton.cudagraphs'"
+                    "use dotted names such as 'triton.cudagraphs'"
                 )
         return options
 
