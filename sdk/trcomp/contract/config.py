@@ -226,7 +226,7 @@ class TrainingCompilerConfig(BaseModel):
         body = {VERSION_FIELD: __version__, **self.model_dump(mode="json")}
         for name in _NEWER_FIELDS:
             # Left out at their defaults, so containers older than the field still read the config.
-            if body[name] == self.model_fields[name].default:
+            if body[name] == type(self).model_fields[name].default:
                 del body[name]
         return {ENABLED_KEY: self.enabled, DEBUG_KEY: self.debug, CONFIG_KEY: body}
 
