@@ -60,7 +60,9 @@ def build_environment(
         "PYTHONUNBUFFERED": "1",
     }
     defaults: dict[str, str] = {}
-    cache_root = (cache_dir or paths.cache) if config.cache else scratch_dir
+    # The live dir also holds what the shared cache (shared_cache=) reads and writes.
+    kept = config.cache or config.shared_cache is not None
+    cache_root = (cache_dir or paths.cache) if kept else scratch_dir
     if backend == "inductor":
         decided.update(inductor.environment(config))
         defaults.update(inductor.cache_environment(cache_root))

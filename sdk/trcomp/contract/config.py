@@ -21,6 +21,7 @@ from trcomp.contract.errors import CompilerConfigError
 from trcomp.contract.instances import supported_gpu_families
 from trcomp.contract.keys import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY, VERSION_FIELD
 from trcomp.contract.limits import check_limits
+from trcomp.contract.shared_cache import parse_location
 
 __all__ = [
     "Backend",
@@ -132,6 +133,14 @@ class TrainingCompilerConfig(BaseModel):
         "so local runs exercise it), or `auto`: jax on NVIDIA GPUs, torch_xla elsewhere. "
         "Scripts use trcomp.runtime.compile_step on the jax engine. Env `TRCOMP_XLA_ENGINE`.",
     )
+    shared_cache: str | None = Field(
+        default=None,
+        description="A compile cache shared by every job that names it: `s3://bucket/prefix` "
+        "(a bucket of the job's own account), `file:///path` (a shared file system, or a "
+        "local directory in local modes) or `redis://host:port` (inductor's remote caches). "
+        "Read when the job starts, written when it succeeds; with `cache` on too, the shared "
+        "cache is read first, the checkpoint location second. See docs/remote.md.",
+    )
 
     @field_validator("xla_flags")
     @classmethod
@@ -143,6 +152,13 @@ class TrainingCompilerConfig(BaseModel):
                     "'--xla_name' or '--xla_name=value' (no spaces)"
                 )
         return flags
+
+    @field_validator("shared_cache")
+    @classmethod
+    def _check_shared_cache(cls, uri: str | None) -> str | None:
+        if uri is not None:
+            parse_location(uri)
+        return uri
 
     @field_validator("inductor_options")
     @classmethod
@@ -207,6 +223,8 @@ class TrainingCompilerConfig(BaseModel):
         if self.xla_engine == "auto":
             # Left out at its default, so containers older than the field still read the config.
             del body["xla_engine"]
+        if self.shared_cache is None:  # the same, for shared_cache
+            del body["shared_cache"]
         return {ENABLED_KEY: self.enabled, DEBUG_KEY: self.debug, CONFIG_KEY: body}
 
     def to_hyperparameters(self) -> dict[str, str]:

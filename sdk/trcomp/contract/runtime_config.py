@@ -26,6 +26,7 @@ from trcomp.contract.config import (
     XlaEngine,
 )
 from trcomp.contract.keys import CONFIG_ENV
+from trcomp.contract.shared_cache import parse_location
 
 __all__ = ["ConcreteBackend", "Engine", "RuntimeConfig"]
 
@@ -57,6 +58,9 @@ class RuntimeConfig(BaseModel):
     xla_flags: tuple[str, ...] = ()
     inductor_options: dict[str, InductorValue] = Field(default_factory=dict)
     xla_engine: XlaEngine = "auto"
+    shared_cache: str | None = Field(
+        default=None, description="The config's shared_cache, a Redis password shown as ***."
+    )
     requested_backend: Backend = Field(
         default="auto", description="The config's backend, before `auto` was resolved."
     )
@@ -87,6 +91,8 @@ class RuntimeConfig(BaseModel):
             "fallback_reason": fallback_reason,
             "trcomp_version": __version__,
         }
+        if config.shared_cache:
+            fields["shared_cache"] = parse_location(config.shared_cache).shown
         return cls(**fields)
 
     def to_env(self) -> dict[str, str]:
