@@ -33,6 +33,7 @@ from trcomp.checkpoints import (
 from trcomp.contract.errors import TrcompError
 from trcomp.jobspec import JobSpec, SdkView
 from trcomp.session import quiet_sagemaker
+from trcomp.shared_cache import check_shared_cache
 
 if TYPE_CHECKING:
     from sagemaker.estimator import EstimatorBase
@@ -180,6 +181,7 @@ def prepare_remote_job(spec: JobSpec, estimator: EstimatorBase) -> JobSpec:
     """
     session = estimator.sagemaker_session
     check_no_credentials(estimator.hyperparameters(), spec.environment, _credential_values(session))
+    check_shared_cache(spec.compiler_config, mode="remote", boto_session=session.boto_session)
     uri = default_checkpoint_uri(spec, session)
     if uri is None:
         return spec

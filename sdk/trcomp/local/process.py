@@ -39,6 +39,7 @@ from trcomp.contract.proctree import TreeProcess, outer_grace_s
 from trcomp.jobspec import JobSpec
 from trcomp.local import local_path
 from trcomp.local.job_checks import check_local_job, claim_job_dir
+from trcomp.shared_cache import check_shared_cache
 
 if TYPE_CHECKING:
     from sagemaker.estimator import EstimatorBase
@@ -162,6 +163,7 @@ def plan_process_job(
         raise LocalModeError(
             f"entry point {str(script)!r} does not exist: check entry_point= and source_dir="
         )
+    check_shared_cache(spec.compiler_config, mode="process")
     # Nothing was created before this line.
     output_root = checks.output_root or Path(tempfile.gettempdir()) / "trcomp-jobs"
     name, job_dir = claim_job_dir(
