@@ -64,7 +64,7 @@ class SharedCache:
     environment: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
-    read: set[str] = field(default_factory=set)
+    read: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def warm(self) -> bool:
@@ -156,7 +156,13 @@ def read_entry(archive: Path, compat: CompatSet, live: Path, present: set[str]) 
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _files_of(live: Path, skip: set[str]) -> list[tuple[str, Path]]:
+def _stamp(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _files_of(live: Path, skip: Mapping[str, tuple[int, int]]) -> list[tuple[str, Path]]:
+    """The lasting files of ``live``, but those in ``skip`` with the same size and mtime."""
     found = []
     for root, dirs, files in os.walk(live):
         here = Path(root)
@@ -164,17 +170,24 @@ def _files_of(live: Path, skip: set[str]) -> list[tuple[str, Path]]:
         dirs[:] = sorted(d for d in dirs if not is_transient(relative_root / d))
         for name in sorted(files):
             relative = relative_root / name
-            if not is_transient(relative) and relative.as_posix() not in skip:
-                found.append((relative.as_posix(), here / name))
+            if is_transient(relative):
+                continue
+            try:
+                if skip.get(relative.as_posix()) == _stamp(here / name):
+                    continue  # read from the shared cache and unchanged
+            except OSError:
+                continue
+            found.append((relative.as_posix(), here / name))
     return found
 
 
 def write_entry(
-    store: Store, live: Path, compat: CompatSet, *, skip: set[str]
+    store: Store, live: Path, compat: CompatSet, *, skip: Mapping[str, tuple[int, int]]
 ) -> tuple[str, int, int] | None:
-    """Put the files of ``live`` not in ``skip`` as one entry; ``(name, files, bytes)``.
+    """Put the files of ``live`` as one entry, but those read unchanged (``skip``).
 
-    ``None`` when the job added nothing (every file came from the shared cache).
+    Returns ``(name, files, bytes)``; ``None`` when the job added or changed
+    nothing (a dynamo PGO state it updated counts as changed).
     """
     files = [(rel, path) for rel, path in _files_of(live, skip) if path.is_file()]
     if not files:
@@ -201,7 +214,7 @@ def _read_all(cache: SharedCache, store: Store, live: Path, environ: Mapping[str
     limit = int(environ.get(MAX_READ_BYTES_ENV) or _DEFAULT_MAX_READ_BYTES)
     facts = cache.facts
     facts.update(entries_read=0, entries_skipped=0, files_read=0, bytes_read=0)
-    present = {rel for rel, _ in _files_of(live, set())} if live.is_dir() else set()
+    present = {rel for rel, _ in _files_of(live, {})} if live.is_dir() else set()
     try:
         names = sorted(store.names(), reverse=True)  # newest first: names start with the time
     except Exception as exc:
@@ -231,7 +244,7 @@ def _read_all(cache: SharedCache, store: Store, live: Path, environ: Mapping[str
         facts["files_read"] += len(unpacked)
         facts["bytes_read"] += size
         present.update(unpacked)
-        cache.read.update(unpacked)
+        cache.read.update({rel: _stamp(live / rel) for rel in unpacked})
     facts["warm"] = facts["files_read"] > 0
 
 
