@@ -91,7 +91,7 @@ def _s3(uri: str, bucket: str, path: str) -> SharedCacheLocation:
             f"shared_cache {_shown(uri)}: {_shown(bucket)} is not an S3 bucket name "
             "(3-63 lower-case letters, digits, dots and hyphens): write s3://bucket/prefix"
         )
-    prefix = path.strip("/")
+    prefix = path.removeprefix("/").rstrip("/")
     if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
         raise ValueError(
             f"shared_cache {_shown(uri)}: the prefix has an empty, '.' or '..' segment: "
