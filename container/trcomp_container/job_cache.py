@@ -47,6 +47,7 @@ def open_for_job(
         live=live,
         environ=environ,
         remote_job=not local,
+        gpu=devices.gpus > 0,
     )
 
 

@@ -248,16 +248,22 @@ def _read_all(cache: SharedCache, store: Store, live: Path, environ: Mapping[str
     facts["warm"] = facts["files_read"] > 0
 
 
-def redis_environment(location: SharedCacheLocation) -> dict[str, str]:
-    """Inductor's remote caches on Redis (torch 2.9 names; the image has ``redis``)."""
-    return {
+def redis_environment(location: SharedCacheLocation, *, gpu: bool) -> dict[str, str]:
+    """Inductor's remote caches on Redis (torch 2.9 names; the image has ``redis``).
+
+    The autotune caches only on GPU hosts: they tune triton kernels, and on CPU
+    torch 2.9's bundled autotune cache fails every compile (no backend hash).
+    """
+    env = {
         "TORCHINDUCTOR_REDIS_URL": location.uri,
         "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1",
         "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE": "1",
-        "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE": "1",
-        "TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE": "1",
         "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_REMOTE_PGO": "1",
     }
+    if gpu:
+        env["TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE"] = "1"
+        env["TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE"] = "1"
+    return env
 
 
 def _redis_has_entries(location: SharedCacheLocation) -> bool:
@@ -270,7 +276,7 @@ def _redis_has_entries(location: SharedCacheLocation) -> bool:
         client.close()
 
 
-def _open_redis(cache: SharedCache, engine: str, remote_job: bool) -> None:
+def _open_redis(cache: SharedCache, engine: str, remote_job: bool, gpu: bool) -> None:
     location = cache.location
     if remote_job and not location.has_auth:
         cache._warn(
@@ -284,7 +290,7 @@ def _open_redis(cache: SharedCache, engine: str, remote_job: bool) -> None:
             "engine keeps its cache in the checkpoint location"
         )
         return
-    cache.environment.update(redis_environment(location))
+    cache.environment.update(redis_environment(location, gpu=gpu))
     try:
         cache.facts["warm"] = _redis_has_entries(location)
     except Exception as exc:
@@ -300,6 +306,7 @@ def open_shared_cache(
     live: Path,
     environ: Mapping[str, str],
     remote_job: bool,
+    gpu: bool = False,
 ) -> SharedCache:
     """Read the shared cache at ``uri`` into ``live``; the job's extra environment and facts.
 
@@ -310,7 +317,7 @@ def open_shared_cache(
     cache = SharedCache(location=location, compat=compat, store=None)
     cache.facts.update(location=location.shown, kind=location.kind, key=compat.key, warm=False)
     if location.kind == "redis":
-        _open_redis(cache, engine, remote_job)
+        _open_redis(cache, engine, remote_job, gpu)
         return cache
     if engine == "jax":
         # JAX's own XLA sub-caches put the cache dir's path into every key; off, the
