@@ -73,9 +73,9 @@ class SharedCache:
 
     def finish(self, live: Path, *, succeeded: bool) -> dict[str, Any]:
         """Write what the job compiled as one new entry (successful jobs only); the facts."""
-        self.facts.update(files_written=0, bytes_written=0)
-        if self.store is None:
+        if self.store is None:  # Redis (inductor writes it), or a store that could not open
             return self.facts
+        self.facts.update(files_written=0, bytes_written=0)
         if not succeeded:
             self.facts["not_written"] = "the job failed: its caches are not shared"
             return self.facts
