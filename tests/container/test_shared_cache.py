@@ -218,3 +218,30 @@ def test_s3_entries_carry_the_expected_bucket_owner_and_a_foreign_bucket_is_refu
             check_bucket_owner(s3, "someone-elses-cache", ACCOUNT, where="here")
         with pytest.raises(SharedCacheError, match="in the job"):
             _open("s3://someone-elses-cache/compile", tmp_path / "c" / "live")
+
+
+def test_environment_doc_names_every_variable_the_shared_cache_sets(tmp_path):
+    import re
+
+    from trcomp_container.backends.inductor import pgo_environment
+    from trcomp_container.shared_cache import MAX_READ_BYTES_ENV, redis_environment
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "environment.md"
+    documented = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", docs.read_text()))
+    jax = _open(f"file://{tmp_path / 'shared'}", tmp_path / "live", engine="jax").environment
+    names = {
+        *redis_environment(parse_location("redis://h:1"), gpu=True),
+        *pgo_environment("s3://b/p", "train.py"),
+        *jax,
+        MAX_READ_BYTES_ENV,
+    }
+    assert names - documented == set()
+
+
+def test_the_pgo_job_id_is_stable_per_location_and_entry_point():
+    from trcomp_container.backends.inductor import pgo_environment
+
+    one = pgo_environment("s3://bucket/team/checkpoints", "train.py")
+    assert one == pgo_environment("s3://bucket/team/checkpoints", "train.py")
+    assert one != pgo_environment("s3://bucket/team/checkpoints", "eval.py")
+    assert one["TORCH_COMPILE_JOB_ID"].startswith("trcomp-")
