@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from trcomp.contract.errors import SharedCacheError
 from trcomp.contract.shared_cache import SharedCacheLocation, parse_location
 from trcomp_container.cache import is_transient
 from trcomp_container.cache_key import CompatSet
@@ -326,8 +327,6 @@ def open_shared_cache(
             JAX_COMPILATION_CACHE_DIR=os.path.realpath(live / "jax"),
             JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES="none",
         )
-    from trcomp.contract.errors import SharedCacheError
-
     try:
         cache.store = open_store(location, compat.key, environ)
     except SharedCacheError:
