@@ -158,3 +158,14 @@ def test_a_second_job_of_a_varying_length_loop_recompiles_less(tmp_path):
     assert first_recompiles >= 1  # the length changed: a recompile with it dynamic
     assert second.metrics["recompiles"] < first_recompiles
     assert list((tmp_path / "pgo-second" / "checkpoints").rglob("dynamo/code_state_trcomp-*"))
+
+
+def test_dynamic_shape_decisions_travel_through_the_shared_cache(tmp_path):
+    """The PGO state under the shared location's job id: another checkpoint location, same gain."""
+    uri = f"file://{tmp_path / 'shared-pgo'}"
+    config = TrainingCompilerConfig(backend="inductor", shared_cache=uri)
+    first = _job(tmp_path, "pgo-shared-first", config, entry_point="varlen.py")
+    second = _job(tmp_path, "pgo-shared-second", config, entry_point="varlen.py")
+    assert first.metrics["recompiles"] >= 1
+    assert second.metrics["recompiles"] < first.metrics["recompiles"]
+    assert second.summary["shared_cache"]["warm"] is True
