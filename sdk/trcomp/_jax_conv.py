@@ -37,8 +37,9 @@ from torchax import interop
 from torchax import tensor as tx_tensor
 
 __all__ = [
+    "add_convolution_backward",
     "fix_avg_pool_backward",
-    "fix_convolution",
+    "fix_grouped_transposed_convolution",
     "fix_max_pool",
     "keep_flatten_in_autograd",
 ]
@@ -102,9 +103,10 @@ def _grouped_transposed(
     )
 
 
-def fix_convolution(env: tx_tensor.Environment) -> None:
-    """Grouped transposed convolutions computed right, and ``convolution_backward`` added."""
-    torchax_forward = _lowering(env, aten.convolution.default)
+def _convolution(env: tx_tensor.Environment) -> Callable[..., jax.Array]:
+    """torchax's convolution lowering, with grouped transposed convolutions computed right."""
+    # The packet, not ``.default``: trcomp's own override sits on ``.default``.
+    torchax_forward = _lowering(env, aten.convolution)
 
     def forward(
         input: jax.Array,
@@ -118,7 +120,7 @@ def fix_convolution(env: tx_tensor.Environment) -> None:
         groups: int,
     ) -> jax.Array:
         if not transposed or groups == 1:
-            return torchax_forward(
+            return torchax_forward(  # type: ignore[no-any-return]
                 input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
             )
         unbatched = input.ndim == weight.ndim - 1
@@ -132,6 +134,18 @@ def fix_convolution(env: tx_tensor.Environment) -> None:
         if bias is not None:
             out = out + bias.reshape((1, -1) + (1,) * n)
         return out[0] if unbatched else out
+
+    return forward
+
+
+def fix_grouped_transposed_convolution(env: tx_tensor.Environment) -> None:
+    """Transposed convolutions with ``groups > 1``: torchax's output differs from eager."""
+    _override(env, aten.convolution.default, _convolution(env))
+
+
+def add_convolution_backward(env: tx_tensor.Environment) -> None:
+    """``aten.convolution_backward``, which torchax lacks: the VJP of the forward lowering."""
+    forward = _convolution(env)
 
     def backward(
         grad_output: jax.Array,
@@ -164,7 +178,6 @@ def fix_convolution(env: tx_tensor.Environment) -> None:
             grad_bias,
         )
 
-    _override(env, aten.convolution.default, forward)
     _override(env, aten.convolution_backward.default, backward)
 
 

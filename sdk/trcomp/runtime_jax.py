@@ -147,7 +147,8 @@ ENVIRONMENT_WORKAROUNDS: dict[str, Callable[[tx_tensor.Environment], None]] = {
     "lowerings_above_autograd": _drop_lowerings_above_autograd,
     "layer_norm_backward": _fix_layer_norm_backward,
     "flatten_method": _jax_conv.keep_flatten_in_autograd,
-    "convolution": _jax_conv.fix_convolution,
+    "convolution_backward": _jax_conv.add_convolution_backward,
+    "grouped_transposed_convolution": _jax_conv.fix_grouped_transposed_convolution,
     "max_pool": _jax_conv.fix_max_pool,
     "avg_pool_backward": _jax_conv.fix_avg_pool_backward,
 }

@@ -103,9 +103,7 @@ def main() -> None:
         result["losses"] = compiled
         result["loss_diffs"] = [abs(a - b) for a, b in zip(eager, compiled, strict=True)]
         result["grad_diffs"] = {
-            n: None
-            if g is None
-            else float((g - eager_grads[n]).abs().max().item())
+            n: None if g is None else float((g - eager_grads[n]).abs().max().item())
             for n, g in grads.items()
         }
         result["grad_scale"] = max(float(g.abs().max()) for g in eager_grads.values())
