@@ -8,9 +8,10 @@ backward pass reaches operators torchax cannot differentiate:
 
 - ``aten.convolution_backward`` has no lowering;
 - ``F.max_pool2d`` is lowered above autograd (no ``grad_fn``), and the
-  ``max_pool2d_with_indices_backward`` lowering below it is wrong (it adds
-  the gradient to the whole window and fails on most argument forms);
-  ``max_pool3d_with_indices_backward`` has none;
+  ``max_pool2d_with_indices_backward`` lowering below it is wrong: it ignores
+  the indices and, in a Python loop over the output, adds each output
+  gradient over a whole window, indexing the batch and channel axes as if
+  they were the spatial ones; ``max_pool3d_with_indices_backward`` has none;
 - ``avg_pool{2,3}d_backward`` and ``_adaptive_avg_pool{2,3}d_backward`` have
   no lowering;
 - the forward transposed convolution with ``groups > 1`` lays the weight out
@@ -40,8 +41,9 @@ __all__ = [
     "add_convolution_backward",
     "fix_avg_pool_backward",
     "fix_grouped_transposed_convolution",
-    "fix_max_pool",
+    "fix_max_pool_backward",
     "keep_flatten_in_autograd",
+    "keep_max_pool_in_autograd",
 ]
 
 aten = torch.ops.aten
@@ -205,9 +207,13 @@ def _max_pool_backward(
     return out.reshape(input.shape)
 
 
-def fix_max_pool(env: tx_tensor.Environment) -> None:
-    """``F.max_pool2d`` through autograd, and max pooling's backward from the indices."""
+def keep_max_pool_in_autograd(env: tx_tensor.Environment) -> None:
+    """Drop torchax's ``F.max_pool2d`` lowering, which runs above autograd (no ``grad_fn``)."""
     env._ops.pop(torch.nn.functional.max_pool2d, None)
+
+
+def fix_max_pool_backward(env: tx_tensor.Environment) -> None:
+    """Max pooling's backward from the forward's indices (torchax's adds to whole windows)."""
     for op, spatial in (
         (aten.max_pool2d_with_indices_backward.default, 2),
         (aten.max_pool3d_with_indices_backward.default, 3),

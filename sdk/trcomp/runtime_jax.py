@@ -149,7 +149,8 @@ ENVIRONMENT_WORKAROUNDS: dict[str, Callable[[tx_tensor.Environment], None]] = {
     "flatten_method": _jax_conv.keep_flatten_in_autograd,
     "convolution_backward": _jax_conv.add_convolution_backward,
     "grouped_transposed_convolution": _jax_conv.fix_grouped_transposed_convolution,
-    "max_pool": _jax_conv.fix_max_pool,
+    "max_pool_lowering": _jax_conv.keep_max_pool_in_autograd,
+    "max_pool_backward": _jax_conv.fix_max_pool_backward,
     "avg_pool_backward": _jax_conv.fix_avg_pool_backward,
 }
 """torchax defects fixed once per process (tests/sdk/test_runtime_jax.py pins each)."""

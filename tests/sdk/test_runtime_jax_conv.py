@@ -56,11 +56,19 @@ def test_without_the_flatten_fix_no_layer_before_flatten_trains() -> None:
 
 def test_without_the_max_pool_fix_the_layers_before_the_pool_get_no_gradient() -> None:
     """F.max_pool2d is lowered above autograd: its output has no grad_fn."""
-    result = run("conv_pool", 4, "max_pool")
+    result = run("conv_pool", 4, "max_pool_lowering")
     assert result["error"] is None, result["error"]
     missing = sorted(name for name, diff in result["grad_diffs"].items() if diff is None)
     assert missing == ["body.0.bias", "body.0.weight"]
     assert max(result["loss_diffs"]) > 1e-4, result["loss_diffs"]
+
+
+def test_without_the_max_pool_backward_fix_the_conv_gradients_are_wrong() -> None:
+    """torchax's max_pool2d_with_indices_backward adds the gradient to the whole window."""
+    result = run("conv_pool", 2, "max_pool_backward")
+    assert result["error"] is None, result["error"]
+    assert result["grad_diffs"]["body.0.weight"] > 1e-2, result["grad_diffs"]
+    assert result["grad_diffs"]["body.4.weight"] < GRAD_TOLERANCE, result["grad_diffs"]
 
 
 def test_without_the_grouped_transposed_fix_the_forward_differs() -> None:
