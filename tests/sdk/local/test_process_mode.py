@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
+import subprocess
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -133,13 +136,34 @@ def test_bad_process_jobs_fail_before_anything_is_created(
     assert not (project / "out").exists()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only directory")
+@contextlib.contextmanager
+def read_only_dir(path: Path) -> Iterator[Path]:
+    """A directory this process cannot write into, root included.
+
+    Root ignores permission bits, so as root the directory is made immutable
+    (``chattr +i``: even root gets EPERM creating a file in it).
+    """
+    path.mkdir(mode=0o500)
+    if os.geteuid() != 0:
+        yield path
+        return
+    done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"root, and chattr +i failed on {path}: {done.stderr.strip()}")
+    try:
+        with pytest.raises(PermissionError):
+            (path / "probe").touch()  # the test below means something only if this holds
+        yield path
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
 def test_read_only_output_path_is_refused_before_the_job(project, role) -> None:
-    locked = project / "locked"
-    locked.mkdir(mode=0o500)
-    est = estimator(project, role, output_path=f"file://{locked / 'out'}")
-    with pytest.raises(LocalModeError, match="is not writable"):
-        est.fit()
+    with read_only_dir(project / "locked") as locked:
+        est = estimator(project, role, output_path=f"file://{locked / 'out'}")
+        with pytest.raises(LocalModeError, match="is not writable"):
+            est.fit()
+        assert not list(locked.iterdir())
 
 
 @pytest.mark.slow
