@@ -5,7 +5,8 @@ names the private attribute it uses and why; tests/sdk/test_sdk_compat.py checks
 each one against the installed SDK (``make test`` on the newest v2,
 ``make test-sdk-lowest`` on the lowest pyproject allows), so an SDK release that
 changes them fails a test instead of a user's job. No other trcomp module reads
-or writes a private SDK name; the test also checks that.
+or writes a private SDK name (the SDK v3's are in :mod:`trcomp.v3._sdk_compat`);
+the test also checks that.
 
 Two hooks are overridden rather than called, because the SDK's design asks
 subclasses to provide them: ``_to_hyperparameter_dict`` (the SDK's estimators

@@ -19,10 +19,11 @@ from trcomp import PyTorch, _sdk_compat
 from trcomp.session import TELEMETRY_OPT_OUT, local_session
 
 ROOT = Path(__file__).resolve().parents[2]
-# The private SDK names _sdk_compat uses; nothing else in trcomp may name them.
+# The private SDK names trcomp._sdk_compat (v2) and trcomp.v3._sdk_compat (v3) use;
+# nothing else in trcomp may name them.
 PRIVATE = re.compile(
     r"\b(_current_job_name|_get_or_create_name|_SageMakerContainer|_prepare_training_volumes"
-    r"|_Volume|_default_bucket\w*|validate_sagemaker_config)\b"
+    r"|_Volume|_default_bucket\w*|validate_sagemaker_config|_create_training_job_args)\b"
 )
 # Any other attribute of a sagemaker module that starts with an underscore.
 SDK_PRIVATE_ATTR = re.compile(r"\bsagemaker(\.\w+)*\._[a-zA-Z]\w*")
