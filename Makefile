@@ -102,12 +102,19 @@ test-container: install docker-engine
 
 # Full CPU benchmark: every reference workload, eager against each compiler, cold
 # and warm compile caches (8.7 min on a quiet 2-core machine, 20 min on a busy one).
-# Writes the numbers docs/benchmarks.md quotes. BENCH_ARGS adds options, e.g.
-# BENCH_ARGS="--repeats 2"; BENCH_OUT=DIR writes elsewhere.
+# Writes the JSON behind docs/benchmarks.md's CPU table, then regenerates the docs'
+# tables (make docs). BENCH_ARGS adds options, e.g. BENCH_ARGS="--repeats 2";
+# BENCH_OUT=DIR writes elsewhere.
 BENCH_OUT ?= docs/benchmarks
 bench: install
 	$(PY) -m trcomp_bench --json $(BENCH_OUT)/cpu.json --markdown $(BENCH_OUT)/cpu.md \
 		--png $(BENCH_OUT)/cpu.png $(BENCH_ARGS)
+	$(PY) -m trcomp_bench.doctables
+
+# Rewrites every table of measured numbers in docs/ from the JSON behind it
+# (tests/docs/test_doc_tables.py fails while one is stale).
+docs: install
+	$(PY) -m trcomp_bench.doctables
 
 # GPU check (needs an NVIDIA GPU; 2 for the DDP part): probe, engines, step metric,
 # CUDA_VISIBLE_DEVICES, NCCL/DDP, in under 10 minutes. Results are written as they

@@ -133,7 +133,16 @@ class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):  # type: i
                     "transformers_version is None: pass the transformers version the script "
                     f"uses (default {DEFAULT_TRANSFORMERS_VERSION!r}), as the SageMaker SDK needs"
                 )
-            check_versions(pytorch_version, py_version, argument="pytorch_version")
+            check_versions(
+                pytorch_version,
+                py_version,
+                argument="pytorch_version",
+                note=(
+                    f" transformers_version={transformers_version!r} is passed on as it is: "
+                    "transformers is not in trcomp's image, so list a version that works "
+                    "with that torch in the script's requirements.txt."
+                ),
+            )
         image = self._trcomp_prepare(config, image_uri, kwargs)
         super().__init__(
             py_version=py_version,  # type: ignore[arg-type]  # None on attach(), as in the SDK

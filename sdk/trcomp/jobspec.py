@@ -93,11 +93,6 @@ class JobSpec(BaseModel):
         """The job's (first) instance type; None when unknown."""
         return self.instance_types[0] if self.instance_types else None
 
-    @property
-    def compiler_on(self) -> bool:
-        """The job has a compiler config and it is enabled."""
-        return self.compiler_config is not None and self.compiler_config.enabled
-
     @classmethod
     def from_estimator(cls, estimator: EstimatorBase, **known: Any) -> JobSpec:
         """Read a SageMaker v2 estimator's public attributes (no network, no AWS calls).

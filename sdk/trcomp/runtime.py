@@ -50,7 +50,9 @@ __all__ = [
 
 @functools.lru_cache(maxsize=1)
 def _config_from(text: str | None) -> RuntimeConfig:
-    return RuntimeConfig.from_json(text)
+    # Cached by the variable's value, so a script (or test) that changes
+    # TRCOMP_CONFIG gets the new config, and an unchanged one is parsed once.
+    return RuntimeConfig.from_env({} if text is None else {CONFIG_ENV: text})
 
 
 def resolved_config() -> RuntimeConfig:

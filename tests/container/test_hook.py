@@ -28,7 +28,9 @@ def test_hook_records_steps_and_the_uncaught_exception(tmp_path):
     (path,) = (tmp_path / "ranks").glob("rank3-pid*.json")
     record = json.loads(path.read_text())
     assert record["steps"] == 6 and len(record["step_intervals_s"]) == 5
-    assert record["first_step_s"] > 0
+    # The first step was recorded (a count, not a clock), on the CPU, and nothing compiled.
+    assert isinstance(record["first_step_s"], float) and record["step_clock"] == "cpu"
+    assert record["compile"]["events"] == 0 and record["compile"]["graphs"] == 0
     assert record["error"]["type"] == "KeyError"
     assert "missing column 'label'" in record["error"]["message"]
     assert "Traceback" in record["error"]["traceback_tail"]

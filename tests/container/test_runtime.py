@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from trcomp import runtime
+from trcomp.contract.runtime_config import RuntimeConfig
 
 
 @pytest.fixture
@@ -68,6 +69,17 @@ def test_only_rank_zero_saves(config_env, monkeypatch, tmp_path):
     monkeypatch.setenv("RANK", "1")
     runtime.save({"a": 1}, tmp_path / "x.pt")
     assert not (tmp_path / "x.pt").exists()
+
+
+def test_the_config_is_read_once_per_value_of_the_variable(monkeypatch):
+    monkeypatch.setenv("TRCOMP_CONFIG", json.dumps({"enabled": True, "backend": "inductor"}))
+    first = runtime.resolved_config()
+    assert runtime.resolved_config() is first  # unchanged: the parsed config is reused
+    assert first.backend == "inductor"
+    monkeypatch.setenv("TRCOMP_CONFIG", json.dumps({"enabled": False, "backend": None}))
+    assert runtime.resolved_config().backend is None  # changed: read again, no cache_clear
+    monkeypatch.delenv("TRCOMP_CONFIG")
+    assert runtime.resolved_config() == RuntimeConfig()
 
 
 def test_bad_trcomp_config_says_what_to_do(config_env, monkeypatch):

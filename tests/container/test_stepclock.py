@@ -8,7 +8,6 @@ import queue
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,9 @@ from trcomp_container.summary import steady_step_time
 
 StepClock = hook_module("trcomp_stepclock").StepClock
 
-STEP_S = 0.05
+# Kernel durations on the simulated device's clock: each step a different length,
+# so an interval that is not the device's own (the CPU's, a neighbour's) shows.
+KERNEL_S = (0.05, 0.07, 0.02, 0.11, 0.05, 0.03, 0.08, 0.06)
 
 
 class _Event:
@@ -32,13 +33,19 @@ class _Event:
 
 
 class SimulatedAsyncDevice:
-    """A CPU stand-in for a GPU stream: queued work runs later, in order, on a worker thread."""
+    """A CPU stand-in for a GPU stream: queued work runs later, in order, on a worker thread.
+
+    Its clock is virtual: a kernel of ``s`` seconds moves the device's time on by
+    ``s`` without sleeping, and an event records the device's time when the
+    stream reaches it. Step times read from it are exact, whatever the machine's load.
+    """
 
     name = "simulated"
 
     def __init__(self) -> None:
         self.queue: queue.Queue[Any] = queue.Queue()
         self.completed = 0
+        self.now = 0.0  # the device's clock, in seconds
         # The device starts on go() (or after 30 s): until then the CPU is ahead of it
         # whatever the machine's load, so the test counts, never races.
         self.started = threading.Event()
@@ -52,9 +59,9 @@ class SimulatedAsyncDevice:
         while True:
             item = self.queue.get()
             if isinstance(item, _Event):
-                item.time = time.perf_counter()
+                item.time = self.now
             else:
-                time.sleep(item)  # a kernel that takes `item` seconds
+                self.now += item  # a kernel that takes `item` seconds of device time
                 self.completed += 1
             self.queue.task_done()
 
@@ -75,21 +82,20 @@ class SimulatedAsyncDevice:
 def test_step_time_is_the_devices_not_the_time_to_queue_work() -> None:
     device = SimulatedAsyncDevice()
     clock = StepClock(100, choose=lambda: device)
-    steps = 8
-    for _ in range(steps):
-        device.launch(STEP_S)  # returns at once, like a CUDA kernel launch
+    for seconds in KERNEL_S:
+        device.launch(seconds)  # returns at once, like a CUDA kernel launch
         clock.mark()
     done_when_marked = device.completed
     device.go()
     intervals = clock.intervals()
 
     assert done_when_marked == 0  # marking never waited for the device
-    assert device.completed == steps  # intervals() waited for the device
+    assert device.completed == len(KERNEL_S)  # intervals() waited for the device
     assert clock.source == "simulated"
-    assert len(intervals) == steps - 1
-    # Each interval spans one whole kernel on the device's timeline.
-    assert min(intervals) >= STEP_S
-    assert (steady_step_time(intervals) or 0) >= STEP_S
+    # Each interval is the next step's kernel, on the device's timeline.
+    assert intervals == pytest.approx(KERNEL_S[1:], abs=1e-12)
+    # The median after the two warm-up intervals: of 0.11, 0.05, 0.03, 0.08, 0.06.
+    assert steady_step_time(intervals) == pytest.approx(0.06, abs=1e-12)
 
 
 def test_without_a_device_the_clock_is_the_cpus() -> None:

@@ -203,9 +203,30 @@ def test_old_aws_framework_version_is_refused_with_the_fix(offline_session, role
     with pytest.raises(UnsupportedJobError) as caught:
         _pytorch(offline_session, role, framework_version="1.13.1", py_version="py39")
     message = str(caught.value)
-    assert "framework_version='1.13.1'" in message
-    assert "torch 2.9.0 with py311" in message
-    assert "framework_version='2.9.0'" in message and "image_uri=" in message
+    # Both pins of an old script, and both replacements, in one message.
+    assert (
+        "Replace framework_version='1.13.1', py_version='py39' with "
+        "framework_version='2.9.0', py_version='py311'"
+    ) in message
+    assert "torch 2.9.0 with py311" in message and "image_uri=" in message
+
+
+def test_old_aws_huggingface_versions_are_refused_with_the_fix(offline_session, role) -> None:
+    with pytest.raises(UnsupportedJobError) as caught:
+        _huggingface(
+            offline_session,
+            role,
+            transformers_version="4.21.1",
+            pytorch_version="1.11.0",
+            py_version="py38",
+        )
+    message = str(caught.value)
+    assert (
+        "Replace pytorch_version='1.11.0', py_version='py38' with "
+        "pytorch_version='2.9.0', py_version='py311'"
+    ) in message
+    assert "transformers_version='4.21.1' is passed on as it is" in message
+    assert "requirements.txt" in message
 
 
 def test_unknown_py_version_is_refused(offline_session, role) -> None:

@@ -24,6 +24,7 @@ from sagemaker.train.distributed import Torchrun
 from sagemaker.train.model_trainer import Mode
 
 from tests.helpers.aws import aws_error_server
+from tests.helpers.records import compilations, read_records
 from trcomp import TrainingCompilerConfig
 from trcomp.image.uris import local_image_uri
 from trcomp.v3 import ModelTrainer
@@ -72,8 +73,11 @@ def test_the_docs_example_trains_a_plain_loop_compiled(image, tmp_path, monkeypa
     summary = _json(root / "artifacts/output/data/compiler/summary.json")
     assert summary["backend"] == "inductor" and summary["exit_code"] == 0
     metrics = summary["metrics"]
-    assert metrics["graphs_compiled"] >= 1 and metrics["compile_time_s"] > 0
+    assert metrics["graphs_compiled"] >= 1
     assert metrics["recompiles"] == 0 and summary["ranks"][0]["steps"] == 30
+    # Counted, not timed: the compilations behind compile_time_s, and every step.
+    (record,) = read_records(root / "artifacts/output")
+    assert compilations(record) >= 1 and record["steps"] == 30
     assert _json(root / "artifacts/model/result.json")["backend"] == "inductor"
     assert (root / "compressed_artifacts" / "model.tar.gz").is_file()
     # The compile cache outlives the container, in the local checkpoint dir.

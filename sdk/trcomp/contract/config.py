@@ -86,8 +86,9 @@ class TrainingCompilerConfig(BaseModel):
     backend: Backend = Field(
         default="auto",
         description="Which compiler: `inductor` (torch.compile), `xla` (torch-xla), or "
-        "`auto`: inductor on NVIDIA GPUs, xla on TPUs, and inductor on CPU so that "
-        "local runs exercise the compiler the GPU job will use. Env `TRCOMP_BACKEND`.",
+        "`auto`: inductor on NVIDIA GPUs and on CPU, so that local runs exercise the "
+        "compiler the GPU job will use (xla on a TPU host, which nothing has tested: "
+        "SageMaker has no TPU instances). Env `TRCOMP_BACKEND`.",
     )
     mode: Mode = Field(
         default="default",
@@ -128,7 +129,7 @@ class TrainingCompilerConfig(BaseModel):
 
     xla_engine: XlaEngine = Field(
         default="auto",
-        description="Which engine runs backend='xla': `torch_xla` (TPU and CPU), `jax` "
+        description="Which engine runs backend='xla': `torch_xla` (CPU), `jax` "
         "(torchax on JAX, experimental; the one engine for NVIDIA GPUs, and allowed on CPU "
         "so local runs exercise it), or `auto`: jax on NVIDIA GPUs, torch_xla elsewhere. "
         "Scripts use trcomp.runtime.compile_step on the jax engine. Env `TRCOMP_XLA_ENGINE`.",

@@ -64,31 +64,44 @@ def _supported() -> str:
 
 
 def check_versions(
-    framework_version: str | None, py_version: str | None, *, argument: str = "framework_version"
+    framework_version: str | None,
+    py_version: str | None,
+    *,
+    argument: str = "framework_version",
+    note: str = "",
 ) -> ImageVersions:
-    """The image for these versions, or :class:`UnsupportedJobError` naming what exists.
+    """The image for these versions, or :class:`UnsupportedJobError` with the arguments to pass.
 
     ``None`` means "the default". Called only when the job uses trcomp's image: with
     ``image_uri=`` the versions are the user's business. ``argument`` is the estimator
-    argument that holds the torch version (``pytorch_version`` for HuggingFace).
+    argument that holds the torch version (``pytorch_version`` for HuggingFace);
+    ``note`` ends the error message (what else the estimator wants said).
+    The error names every version argument that has no image, each with its
+    replacement, so a script written for AWS's images (torch 1.x, py38/py39) is
+    fixed in one edit.
     """
-    matches = [i for i in IMAGES if framework_version is None or i.accepts(framework_version)]
-    if not matches:
-        raise UnsupportedJobError(
-            f"{argument}={framework_version!r}: trcomp builds no image for that PyTorch "
-            f"version (it builds {_supported()}), so the job would fail to pull its image. "
-            f"The job will run on torch {IMAGES[0].torch}: pass {argument}="
-            f"{IMAGES[0].torch!r} (or leave it out) after checking your script works with it, "
-            "or pass image_uri= an image of your own."
-        )
-    found = [i for i in matches if py_version is None or i.python == py_version]
-    if not found:
-        raise UnsupportedJobError(
-            f"py_version={py_version!r}: trcomp builds no image for that Python version (it "
-            f"builds {_supported()}): pass py_version={matches[0].python!r} (or leave it out), "
-            "or pass image_uri= an image of your own."
-        )
-    return found[0]
+    torch_ok = [i for i in IMAGES if framework_version is None or i.accepts(framework_version)]
+    found = [i for i in torch_ok if py_version is None or i.python == py_version]
+    if found:
+        return found[0]
+    target = torch_ok[0] if torch_ok else IMAGES[0]
+    wrong: list[tuple[str, str | None, str]] = []  # (argument, passed, replacement)
+    if not torch_ok:
+        wrong.append((argument, framework_version, target.torch))
+    if py_version is not None and py_version != target.python:
+        wrong.append(("py_version", py_version, target.python))
+    given = ", ".join(f"{name}={passed!r}" for name, passed, _ in wrong)
+    replacement = ", ".join(f"{name}={value!r}" for name, _, value in wrong)
+    what = " with ".join(
+        f"torch {passed}" if name == argument else str(passed) for name, passed, _ in wrong
+    )
+    raise UnsupportedJobError(
+        f"{given}: trcomp builds no image for {what} (it builds {_supported()}), so the "
+        f"job would fail to pull its image. Replace {given} with {replacement} (or leave "
+        f"{'it' if len(wrong) == 1 else 'them'} out): the job will then run on torch "
+        f"{target.torch} with {target.python}, so check your script works with them first; "
+        f"or pass image_uri= an image of your own.{note}"
+    )
 
 
 def device_for_instance(instance_type: str | None) -> Device:

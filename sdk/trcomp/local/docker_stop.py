@@ -26,7 +26,6 @@ from trcomp.contract.proctree import StopOnSignals, TreeProcess
 
 __all__ = [
     "JOB_LABEL",
-    "job_containers",
     "kill_containers",
     "remove_containers",
     "stop_containers",
@@ -40,11 +39,6 @@ JOB_LABEL = "com.trcomp.local-job"
 
 def _label(job_id: str) -> str:
     return f"{JOB_LABEL}={job_id}"
-
-
-def job_containers(job_id: str) -> list[str]:
-    """The ids of every container of the job, running or not."""
-    return docker_cli.labelled_containers(_label(job_id))
 
 
 def stop_containers(job_id: str, grace: float) -> list[str]:
