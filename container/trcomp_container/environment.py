@@ -65,7 +65,9 @@ def build_environment(
         "PYTHONUNBUFFERED": "1",
     }
     defaults: dict[str, str] = {}
-    cache_root = (cache_dir or paths.cache) if config.cache else scratch_dir
+    # The live dir also holds what the shared cache (shared_cache=) reads and writes.
+    kept = config.cache or config.shared_cache is not None
+    cache_root = (cache_dir or paths.cache) if kept else scratch_dir
     if config.cache and backend is not None:
         # Where the hook keeps what the next job of the lineage reuses (the speed-up decision).
         decided[CACHE_DIR_ENV] = str(cache_root)

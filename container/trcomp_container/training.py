@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from trcomp.contract.config import TrainingCompilerConfig
-from trcomp.contract.errors import CompilerConfigError
+from trcomp.contract.errors import CompilerConfigError, SharedCacheError
 from trcomp.contract.keys import CHECKPOINT_URI_ENV
 from trcomp.contract.proctree import grace_s
-from trcomp_container import cache
+from trcomp_container import cache, job_cache
 from trcomp_container import summary as summary_module
 from trcomp_container.backends import ConcreteBackend, resolve_backend, resolve_engine
 from trcomp_container.devices import Devices, detect_devices
@@ -53,6 +53,7 @@ from trcomp_container.launch import (
 )
 from trcomp_container.probe import check_inductor_options, run_probe
 from trcomp_container.runner import RunResult, run, wait_for_hosts
+from trcomp_container.shared_cache import SharedCache
 
 __all__ = ["main", "run_job"]
 
@@ -65,6 +66,8 @@ class _Report:
 
     facts: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    shared: SharedCache | None = None
+    keep_lineage: bool = True
 
 
 def main() -> None:
@@ -86,6 +89,7 @@ def run_job(job: Job) -> tuple[int, str]:
     # Debug logs (TORCH_LOGS_OUT) and the hook write here; their parent must exist.
     metrics_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="trcomp-scratch-"))
+    exit_code = int(ExitCode.INTERNAL)
     try:
         exit_code, reason = _run(job, report, metrics_dir, scratch)
     except JobFailed as failed:
@@ -96,8 +100,12 @@ def run_job(job: Job) -> tuple[int, str]:
         reason = f"trcomp internal error: {type(exc).__name__}: {exc}; please report it\n{tail}"
     finally:
         live = _live_cache(scratch)
-        if live.is_dir():  # what the job compiled is kept, whatever happened
+        if live.is_dir() and report.keep_lineage:  # what the job compiled is kept, always
             report.facts["cache_files_saved"] = cache.persist(live, job.paths.cache)
+        if report.shared is not None:  # shared by successful jobs only
+            seen = len(report.shared.warnings)
+            report.facts["shared_cache"] = report.shared.finish(live, succeeded=exit_code == 0)
+            _warn(report, *report.shared.warnings[seen:])
         shutil.rmtree(scratch, ignore_errors=True)
     report.facts.update(
         exit_code=exit_code,
@@ -145,11 +153,21 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     # Before the start-up check, which compiles a tiny graph into the same cache.
     cache_warm = config.cache and any(p.is_file() for p in job.paths.cache.rglob("*"))
     live_cache = _live_cache(scratch)
+    report.keep_lineage = config.cache
+    try:  # shared first, lineage second: the lineage adds only what the shared cache lacks
+        report.shared = job_cache.open_for_job(config, job, backend, devices, live_cache)
+    except SharedCacheError as exc:
+        raise JobFailed(str(exc), ExitCode.CONFIG) from None
     if config.cache and backend is not None:
         report.facts["cache_files_restored"] = cache.restore(job.paths.cache, live_cache)
+    if report.shared is not None:
+        report.facts["shared_cache"] = report.shared.facts
+        _warn(report, *report.shared.warnings)
+        cache_warm = cache_warm or report.shared.warm
+    variables = job_cache.cache_variables(config, backend, job, report.shared, _cache_location(job))
 
     def environment(chosen: ConcreteBackend | None, fallback: str | None) -> dict[str, str]:
-        return build_environment(
+        env = build_environment(
             config=config,
             backend=chosen,
             devices=devices,
@@ -160,6 +178,9 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
             fallback_reason=fallback,
             cache_dir=live_cache,
         )
+        if chosen is not None:  # a value the user set wins, as for the other cache variables
+            env.update({k: v for k, v in variables.items() if k not in base_env})
+        return env
 
     env = environment(backend, None)
     if backend is not None or devices.gpus:
@@ -167,12 +188,13 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     if backend == "inductor" and config.inductor_options:
         _check_inductor_options(config, env)
     cache_dir = job.paths.cache if (config.cache and backend) else None
+    shared_on = report.shared is not None
     report.facts.update(
         backend=backend,
         engine=resolve_engine(config, backend, devices),
         distribution=distribution,
         cache_dir=_cache_location(job) if cache_dir else None,
-        cache_warm=bool(cache_dir and cache_warm),
+        cache_warm=bool((cache_dir or shared_on) and cache_warm),
         compiler_dir=str(job.paths.compiler),
     )
     nproc = nproc_per_node(distribution, backend, devices, job.environ)

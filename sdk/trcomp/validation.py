@@ -20,10 +20,13 @@ from trcomp.contract.distribution import (
 )
 from trcomp.contract.errors import CompilerConfigWarning, UnsupportedJobError
 from trcomp.contract.instances import (
+    DOCKER_LOCAL_MODES,
     MIN_COMPUTE_CAPABILITY,
+    PROCESS_MODE,
     describe_instance,
     supported_gpu_families,
 )
+from trcomp.contract.shared_cache import parse_location
 from trcomp.jobspec import JobSpec
 
 __all__ = ["validate_job"]
@@ -60,6 +63,7 @@ def validate_job(config: TrainingCompilerConfig, spec: JobSpec) -> list[str]:
         _check_instance(config, spec, info, issued)
     _check_distribution(config, spec.distribution)
     _check_observers(spec, issued)
+    _check_shared_cache(config, spec, issued)
     return issued
 
 
@@ -175,6 +179,20 @@ def _check_distribution(config: TrainingCompilerConfig, distribution: Any) -> No
                 f"{config.backend!r}: set TrainingCompilerConfig(backend='xla'), or use "
                 "distribution={'torch_distributed': {'enabled': True}} with inductor"
             )
+
+
+def _check_shared_cache(config: TrainingCompilerConfig, spec: JobSpec, issued: list[str]) -> None:
+    if not config.shared_cache or spec.instance_type in (PROCESS_MODE, *DOCKER_LOCAL_MODES):
+        return
+    location = parse_location(config.shared_cache)
+    if location.kind == "redis" and not location.has_auth:
+        _warn(
+            f"shared_cache {location.shown} has no password: a compile cache is code, and "
+            "anyone who reaches that Redis can put code there that every job reading it runs. "
+            "Use redis://:password@host:port (or rediss:// with TLS) on a network only your "
+            "jobs reach (docs/remote.md).",
+            issued,
+        )
 
 
 def _check_observers(spec: JobSpec, issued: list[str]) -> None:

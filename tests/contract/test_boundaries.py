@@ -94,7 +94,7 @@ def _outside_contract(loaded: list[str]) -> list[str]:
 def test_every_container_module_imports_without_the_sagemaker_sdk() -> None:
     modules = _modules(CONTAINER_DIR, "trcomp_container")
     hooks = [str(p) for p in sorted(HOOK_DIR.glob("*.py"))]
-    assert "trcomp_container.training" in modules and len(hooks) == 6
+    assert "trcomp_container.training" in modules and len(hooks) == 7
     # boto3 stays allowed: the training toolkit, which the image has, needs it.
     result = _run(["sagemaker", "sagemaker_core"], modules, hooks)
     assert result["failed"] == {}
@@ -115,7 +115,7 @@ def test_the_contract_imports_without_sagemaker_torch_or_the_rest_of_trcomp() ->
 # this environment with v2 (the static check below reads its source all the same).
 SDK_SKIP = ("trcomp.cli.__main__", "trcomp.v3")
 # Modules of an optional extra, checked where the extra is installed.
-NEEDS = {"trcomp._jax_state": "jax", "trcomp.runtime_jax": "jax"}
+NEEDS = {"trcomp._jax_conv": "jax", "trcomp._jax_state": "jax", "trcomp.runtime_jax": "jax"}
 
 
 def test_no_sdk_module_imports_the_container_package() -> None:

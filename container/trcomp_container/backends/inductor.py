@@ -9,13 +9,20 @@ applies ``TRCOMP_INDUCTOR_OPTIONS`` to ``torch._inductor.config`` in every proce
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 from trcomp.contract.config import TrainingCompilerConfig
 from trcomp.contract.keys import INDUCTOR_OPTIONS_ENV
 
-__all__ = ["cache_environment", "compile_threads", "debug_environment", "environment"]
+__all__ = [
+    "cache_environment",
+    "compile_threads",
+    "debug_environment",
+    "environment",
+    "pgo_environment",
+]
 
 
 def environment(config: TrainingCompilerConfig) -> dict[str, str]:
@@ -44,6 +51,18 @@ def cache_environment(cache_dir: Path) -> dict[str, str]:
         "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
         "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
     }
+
+
+def pgo_environment(lineage: str, entry_point: str) -> dict[str, str]:
+    """``TORCH_COMPILE_JOB_ID``: one id for every job of a script on one cache location.
+
+    Dynamo's profile-guided dynamic shapes (PGO) save which dimensions changed
+    under ``<TORCHINDUCTOR_CACHE_DIR>/dynamo/``, keyed by this id, only when an
+    id is set. With it stable, the state is kept with the cache and the next job
+    compiles those dimensions dynamic at once instead of recompiling.
+    """
+    digest = hashlib.sha256(f"{lineage}\n{entry_point}".encode()).hexdigest()[:16]
+    return {"TORCH_COMPILE_JOB_ID": f"trcomp-{digest}"}
 
 
 def debug_environment(compiler_dir: Path) -> dict[str, str]:

@@ -21,6 +21,7 @@ from trcomp.contract.errors import CompilerConfigError
 from trcomp.contract.instances import supported_gpu_families
 from trcomp.contract.keys import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY, VERSION_FIELD
 from trcomp.contract.limits import check_limits
+from trcomp.contract.shared_cache import parse_location
 
 __all__ = [
     "Backend",
@@ -41,7 +42,7 @@ InductorValue = bool | int | float | str
 _XLA_FLAG = re.compile(r"--xla_[a-z0-9_]+(=\S+)?")
 _INDUCTOR_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 # Fields added after the first release: left out of the hyperparameters at their default.
-_NEWER_FIELDS = ("xla_engine", "auto_compile", "keep_faster")
+_NEWER_FIELDS = ("xla_engine", "shared_cache", "auto_compile", "keep_faster")
 # Values echoed in error messages are cut to this many characters.
 _SHOWN_CHARS = 80
 
@@ -135,6 +136,14 @@ class TrainingCompilerConfig(BaseModel):
         "so local runs exercise it), or `auto`: jax on NVIDIA GPUs, torch_xla elsewhere. "
         "Scripts use trcomp.runtime.compile_step on the jax engine. Env `TRCOMP_XLA_ENGINE`.",
     )
+    shared_cache: str | None = Field(
+        default=None,
+        description="A compile cache shared by every job that names it: `s3://bucket/prefix` "
+        "(a bucket of the job's own account), `file:///path` (a shared file system, or a "
+        "local directory in local modes) or `redis://host:port` (inductor's remote caches). "
+        "Read when the job starts, written when it succeeds; with `cache` on too, the shared "
+        "cache is read first, the checkpoint location second. See docs/remote.md.",
+    )
 
     auto_compile: bool = Field(
         default=True,
@@ -162,6 +171,13 @@ class TrainingCompilerConfig(BaseModel):
                     "'--xla_name' or '--xla_name=value' (no spaces)"
                 )
         return flags
+
+    @field_validator("shared_cache")
+    @classmethod
+    def _check_shared_cache(cls, uri: str | None) -> str | None:
+        if uri is not None:
+            parse_location(uri)
+        return uri
 
     @field_validator("inductor_options")
     @classmethod

@@ -15,6 +15,7 @@ __all__ = [
     "JobTerminated",
     "LocalJobFailed",
     "LocalModeError",
+    "SharedCacheError",
     "TrcompError",
     "UnsupportedJobError",
 ]
@@ -46,6 +47,10 @@ class LocalJobFailed(LocalModeError):
     def __init__(self, message: str, exit_code: int | None = None) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class SharedCacheError(TrcompError):
+    """The shared compile cache cannot be used (a bucket of another account, a bad location)."""
 
 
 class JobInterrupted(KeyboardInterrupt):

@@ -26,6 +26,7 @@ from trcomp.contract.config import (
     XlaEngine,
 )
 from trcomp.contract.keys import CONFIG_ENV
+from trcomp.contract.shared_cache import parse_location
 
 __all__ = ["ConcreteBackend", "DeviceKind", "Engine", "RuntimeConfig"]
 
@@ -60,6 +61,9 @@ class RuntimeConfig(BaseModel):
     xla_engine: XlaEngine = "auto"
     auto_compile: bool = True
     keep_faster: bool | None = None
+    shared_cache: str | None = Field(
+        default=None, description="The config's shared_cache, a Redis password shown as ***."
+    )
     requested_backend: Backend = Field(
         default="auto", description="The config's backend, before `auto` was resolved."
     )
@@ -116,6 +120,8 @@ class RuntimeConfig(BaseModel):
             "trcomp_version": __version__,
             "device_kind": device_kind,
         }
+        if config.shared_cache:
+            fields["shared_cache"] = parse_location(config.shared_cache).shown
         return cls(**fields)
 
     def to_env(self) -> dict[str, str]:

@@ -67,6 +67,7 @@ from trcomp.local.checkpoints import checkpoint_mount
 from trcomp.local.docker_checks import preflight
 from trcomp.local.docker_stop import JOB_LABEL, remove_containers, stop_on_signals, watch
 from trcomp.local.job_checks import LocalJobChecks, check_local_job, claim_job_dir
+from trcomp.shared_cache import check_shared_cache
 
 if TYPE_CHECKING:
     from sagemaker.estimator import EstimatorBase
@@ -310,6 +311,7 @@ def docker_job(
         return new_job_name(estimator)
 
     checks = check_local_job(spec, inputs, job_name, local_only=False, new_name=new_name)
+    check_shared_cache(spec.compiler_config, mode="docker")
     image_uri = estimator.training_image_uri()
     # Refuses an S3 checkpoint URI, which local mode cannot sync, before the engine checks.
     with checkpoint_mount(spec) as checkpoints:

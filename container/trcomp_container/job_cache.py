@@ -1,0 +1,72 @@
+"""What the entrypoint does about compile caches beyond the lineage's (:mod:`.cache`).
+
+Two things, both decided before the start-up check compiles anything:
+
+- the shared cache (``shared_cache=``): read into the live cache dir, with the
+  compatibility set of this host (:func:`open_for_job`);
+- the variables the user's process gets for it, and ``TORCH_COMPILE_JOB_ID``
+  for inductor's profile-guided dynamic shapes (:func:`cache_variables`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trcomp.contract.config import TrainingCompilerConfig
+from trcomp.contract.instances import DOCKER_LOCAL_MODES, PROCESS_MODE
+from trcomp_container.backends import ConcreteBackend, inductor, resolve_engine
+from trcomp_container.cache_key import compat_set
+from trcomp_container.devices import Devices, list_gpus
+from trcomp_container.job import Job
+from trcomp_container.shared_cache import SharedCache, open_shared_cache
+
+__all__ = ["cache_variables", "open_for_job"]
+
+
+def open_for_job(
+    config: TrainingCompilerConfig,
+    job: Job,
+    backend: ConcreteBackend | None,
+    devices: Devices,
+    live: Path,
+) -> SharedCache | None:
+    """Read the config's shared cache into ``live``; None when there is none or no compiler."""
+    engine = resolve_engine(config, backend, devices)
+    if not config.shared_cache or engine is None:
+        return None
+    compat = compat_set(engine=engine, gpu_listing=list_gpus() if devices.gpus else None)
+    environ = dict(job.environ)
+    region = str(job.framework_params.get("sagemaker_region") or "")
+    if region and not environ.get("AWS_REGION"):
+        environ["AWS_REGION"] = region
+    local = job.instance_type in (PROCESS_MODE, *DOCKER_LOCAL_MODES) or not job.instance_type
+    return open_shared_cache(
+        config.shared_cache,
+        compat=compat,
+        engine=engine,
+        live=live,
+        environ=environ,
+        remote_job=not local,
+        gpu=devices.gpus > 0,
+    )
+
+
+def cache_variables(
+    config: TrainingCompilerConfig,
+    backend: ConcreteBackend | None,
+    job: Job,
+    shared: SharedCache | None,
+    lineage: str,
+) -> dict[str, str]:
+    """Variables for the user's process: the shared cache's, and the PGO job id.
+
+    The id follows the cache the job reads first: the shared location when
+    there is one, else the lineage's (``lineage``, the checkpoint location).
+    """
+    variables: dict[str, str] = {}
+    if backend == "inductor" and (config.cache or shared is not None):
+        where = shared.location.shown if shared is not None else lineage
+        variables.update(inductor.pgo_environment(where, job.entry_point or ""))
+    if shared is not None:
+        variables.update(shared.environment)
+    return variables

@@ -1,0 +1,130 @@
+"""Where the shared compile cache's entries are kept: a directory or an S3 prefix.
+
+An entry is one archive (see :mod:`trcomp_container.shared_cache`), written
+once and never changed, so both stores only list, get and put whole objects:
+
+- :class:`DirectoryStore` writes a temp file next to the entry and renames it
+  into place, so a reader sees a whole entry or none (POSIX rename; NFS and
+  EFS keep it atomic within a directory);
+- :class:`S3Store` puts each entry with one PutObject (S3 makes an object
+  visible only once all of it is stored). Every call names the job's account
+  as ``ExpectedBucketOwner``, and the bucket's owner is checked first
+  (:func:`trcomp.contract.shared_cache.check_bucket_owner`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from trcomp.contract.shared_cache import SharedCacheLocation, check_bucket_owner
+
+__all__ = ["DirectoryStore", "S3Store", "Store", "open_store"]
+
+# Temp files of a DirectoryStore's writes start with this; listings skip them.
+_PARTIAL = ".partial-"
+
+
+class Store(Protocol):
+    """The entries of one compatibility set."""
+
+    where: str
+
+    def names(self) -> list[tuple[str, int]]:
+        """Every entry's name and size in bytes."""
+
+    def get(self, name: str, dest: Path) -> None:
+        """Copy the entry ``name`` to the file ``dest``."""
+
+    def put(self, name: str, source: Path) -> None:
+        """Store the file ``source`` as the entry ``name``, atomically."""
+
+
+class DirectoryStore:
+    """Entries as files in ``<path>/<key>/`` (a shared file system or a local directory)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.where = str(root)
+
+    def names(self) -> list[tuple[str, int]]:
+        if not self.root.is_dir():
+            return []
+        found = []
+        for path in self.root.iterdir():
+            if path.name.startswith(_PARTIAL) or not path.is_file():
+                continue
+            try:
+                found.append((path.name, path.stat().st_size))
+            except OSError:
+                continue  # removed meanwhile (a lifecycle clean-up)
+        return found
+
+    def get(self, name: str, dest: Path) -> None:
+        shutil.copyfile(self.root / name, dest)
+
+    def put(self, name: str, source: Path) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        partial = self.root / f"{_PARTIAL}{uuid.uuid4().hex}"
+        try:
+            shutil.copyfile(source, partial)
+            os.replace(partial, self.root / name)
+        finally:
+            partial.unlink(missing_ok=True)
+
+
+class S3Store:
+    """Entries as objects under ``s3://<bucket>/<prefix>/<key>/``, with the job's credentials."""
+
+    def __init__(self, location: SharedCacheLocation, key: str, region: str | None) -> None:
+        import boto3
+
+        session = boto3.session.Session(region_name=region or None)
+        self.s3: Any = session.client("s3")
+        self.account = str(session.client("sts").get_caller_identity()["Account"])
+        self.bucket = location.bucket
+        self.prefix = "/".join(filter(None, [location.prefix, key])) + "/"
+        self.where = f"s3://{self.bucket}/{self.prefix}"
+        check_bucket_owner(self.s3, self.bucket, self.account, where="in the job")
+
+    def names(self) -> list[tuple[str, int]]:
+        found = []
+        pages = self.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self.prefix, ExpectedBucketOwner=self.account
+        )
+        for page in pages:
+            for item in page.get("Contents", []):
+                name = str(item["Key"])[len(self.prefix) :]
+                if name and "/" not in name:
+                    found.append((name, int(item.get("Size", 0))))
+        return found
+
+    def get(self, name: str, dest: Path) -> None:
+        response = self.s3.get_object(
+            Bucket=self.bucket, Key=self.prefix + name, ExpectedBucketOwner=self.account
+        )
+        with dest.open("wb") as out:
+            shutil.copyfileobj(response["Body"], out, 1 << 20)
+
+    def put(self, name: str, source: Path) -> None:
+        with source.open("rb") as body:
+            self.s3.put_object(
+                Bucket=self.bucket,
+                Key=self.prefix + name,
+                Body=body,
+                ExpectedBucketOwner=self.account,
+            )
+
+
+def open_store(location: SharedCacheLocation, key: str, environ: Mapping[str, str]) -> Store:
+    """The store of ``location`` for the compatibility set ``key``."""
+    if location.kind == "s3":
+        region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+        return S3Store(location, key, region)
+    if location.kind == "file":
+        return DirectoryStore(Path(location.path) / key)
+    raise ValueError(f"{location.kind}:// keeps no entries of its own (inductor talks to it)")

@@ -1,0 +1,205 @@
+"""The shared compile cache's location (``TrainingCompilerConfig(shared_cache=...)``).
+
+Both sides read the URI with :func:`parse_location`: the config checks it, the
+SDK checks the bucket before a job starts, the container reads and writes the
+cache. :func:`check_bucket_owner` is the one ownership check of an S3 bucket;
+it takes boto3 clients made by the caller, so this module imports no AWS code.
+
+A compile cache is code: inductor, triton and JAX load what they find there
+and run it. Whoever can write the location can run code in every job that
+reads it, so an S3 bucket must belong to the job's own account.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
+
+from trcomp.contract.errors import SharedCacheError
+
+__all__ = [
+    "SCHEMES",
+    "SharedCacheLocation",
+    "check_bucket_owner",
+    "parse_location",
+]
+
+SCHEMES = ("s3", "file", "redis", "rediss")
+Kind = Literal["s3", "file", "redis"]
+# S3's bucket naming rules (general purpose buckets): 3-63 characters.
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_SHOWN = 80
+
+
+def _shown(value: str) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 5] + "...'"
+
+
+@dataclass(frozen=True)
+class SharedCacheLocation:
+    """A parsed ``shared_cache`` URI.
+
+    ``kind`` is ``s3``, ``file`` or ``redis`` (``rediss://`` is Redis over TLS).
+    For S3: ``bucket`` and ``prefix`` (no leading or trailing slash). For a
+    directory: ``path``. For Redis: ``host``, ``port`` and ``has_auth`` (a
+    password in the URI). ``shown`` is the URI without its password, for logs.
+    """
+
+    uri: str
+    kind: Kind
+    shown: str
+    bucket: str = ""
+    prefix: str = ""
+    path: str = ""
+    host: str = ""
+    port: int = 0
+    has_auth: bool = False
+
+
+def parse_location(uri: str) -> SharedCacheLocation:
+    """Parse and check a ``shared_cache`` URI; raise ``ValueError`` saying what to write."""
+    if not isinstance(uri, str) or not uri.strip():
+        raise ValueError(
+            "shared_cache must be a URI: s3://bucket/prefix, file:///absolute/path or "
+            "redis://host:port"
+        )
+    if any(c.isspace() for c in uri):
+        raise ValueError(f"shared_cache {_shown(uri)} contains white space: remove it")
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    if scheme not in SCHEMES:
+        raise ValueError(
+            f"shared_cache {_shown(uri)} has no supported scheme: write s3://bucket/prefix "
+            "(S3), file:///absolute/path (a shared file system or a local directory) or "
+            "redis://host:port (inductor's remote caches)"
+        )
+    parts = urlsplit(uri)
+    if parts.query or parts.fragment:
+        raise ValueError(f"shared_cache {_shown(uri)} has a query or fragment: drop the ?/# part")
+    if scheme == "s3":
+        return _s3(uri, parts.netloc, parts.path)
+    if scheme == "file":
+        return _file(uri, parts.netloc, parts.path)
+    return _redis(uri, parts)
+
+
+def _s3(uri: str, bucket: str, path: str) -> SharedCacheLocation:
+    if not _BUCKET.fullmatch(bucket) or ".." in bucket:
+        raise ValueError(
+            f"shared_cache {_shown(uri)}: {_shown(bucket)} is not an S3 bucket name "
+            "(3-63 lower-case letters, digits, dots and hyphens): write s3://bucket/prefix"
+        )
+    prefix = path.removeprefix("/").rstrip("/")
+    if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
+        raise ValueError(
+            f"shared_cache {_shown(uri)}: the prefix has an empty, '.' or '..' segment: "
+            "write s3://bucket/team/compile-cache"
+        )
+    return SharedCacheLocation(uri=uri, kind="s3", shown=uri, bucket=bucket, prefix=prefix)
+
+
+def _file(uri: str, host: str, path: str) -> SharedCacheLocation:
+    if host not in ("", "localhost"):
+        raise ValueError(
+            f"shared_cache {_shown(uri)} names the host {_shown(host)}: a file:// cache is a "
+            "directory the job can see; write file:///absolute/path (three slashes)"
+        )
+    path = unquote(path)
+    if not path.startswith("/") or any(part in (".", "..") for part in path.split("/")):
+        raise ValueError(
+            f"shared_cache {_shown(uri)} is not an absolute path without '.' or '..': "
+            "write file:///absolute/path"
+        )
+    return SharedCacheLocation(uri=uri, kind="file", shown=uri, path=path.rstrip("/") or "/")
+
+
+def _redis(uri: str, parts: Any) -> SharedCacheLocation:
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None:
+        raise ValueError(
+            f"shared_cache {_shown(_without_password(uri, parts))} needs a host and a port: "
+            "write redis://host:6379 (or redis://:password@host:6379)"
+        )
+    if parts.path not in ("", "/") and not re.fullmatch(r"/\d{1,2}", parts.path):
+        raise ValueError(
+            f"shared_cache {_shown(_without_password(uri, parts))}: the path must be a "
+            "database number (redis://host:6379/0) or nothing"
+        )
+    return SharedCacheLocation(
+        uri=uri,
+        kind="redis",
+        shown=_without_password(uri, parts),
+        host=parts.hostname,
+        port=int(port),
+        has_auth=bool(parts.password),
+    )
+
+
+def _without_password(uri: str, parts: Any) -> str:
+    if not parts.password:
+        return uri
+    user = parts.username or ""
+    return uri.replace(f"{user}:{parts.password}@", f"{user}:***@", 1)
+
+
+def _error_code(exc: BaseException) -> str:
+    """The AWS error code of a botocore ``ClientError`` ("" for any other exception)."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return ""
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if not code or code.isdigit():
+        code = {403: "AccessDenied", 404: "NoSuchBucket"}.get(int(status or code or 0), code)
+    return code
+
+
+def check_bucket_owner(s3: Any, bucket: str, account: str, *, where: str) -> None:
+    """Refuse ``bucket`` unless the AWS account ``account`` owns it.
+
+    ``s3`` is a boto3 S3 client with the job's credentials (the user's in the
+    SDK, the job's role in the container), ``account`` their account
+    (STS GetCallerIdentity). ListBuckets names the buckets the account owns;
+    without permission to call it, HeadBucket with ``ExpectedBucketOwner``
+    answers (S3 refuses it with 403 for another owner's bucket). ``where``
+    names the caller in the message (``"before the job"``, ``"in the job"``).
+    """
+    try:
+        owned = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
+    except Exception as exc:
+        if _error_code(exc) not in ("AccessDenied", "AllAccessDisabled"):
+            raise
+        owned = None
+    if owned is not None:
+        if bucket in owned:
+            return
+        raise SharedCacheError(_not_owned(bucket, account, where))
+    try:
+        s3.head_bucket(Bucket=bucket, ExpectedBucketOwner=account)
+    except Exception as exc:
+        code = _error_code(exc)
+        if code in ("AccessDenied", "403", "Forbidden"):
+            raise SharedCacheError(
+                _not_owned(bucket, account, where)
+                + " (or these credentials may not call s3:ListBucket on it)"
+            ) from None
+        if code in ("NoSuchBucket", "404", "NotFound"):
+            raise SharedCacheError(
+                f"shared_cache bucket {bucket!r} does not exist ({where}): create it in "
+                f"account {account} or pass another s3:// location"
+            ) from None
+        raise
+
+
+def _not_owned(bucket: str, account: str, where: str) -> str:
+    return (
+        f"shared_cache bucket {bucket!r} is not owned by the job's AWS account {account}, so "
+        f"trcomp refuses it ({where}): a compile cache is code that every job reading it "
+        "runs, and the bucket's owner could put anything there. Use a bucket of account "
+        f"{account}."
+    )

@@ -1,0 +1,60 @@
+"""Checks of ``TrainingCompilerConfig(shared_cache=...)`` made when a job is started.
+
+Every run mode calls :func:`check_shared_cache` in ``fit()``, before anything
+is created or uploaded: an ``s3://`` bucket must be owned by the account of the
+credentials the job uses (the caller's: in process mode and Docker local mode
+they are the job's too; for a SageMaker job the execution role is of the same
+account), and a ``file://`` directory must be writable in process mode. The
+container checks the bucket again with the job's own credentials.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trcomp.contract.config import TrainingCompilerConfig
+from trcomp.contract.errors import LocalModeError, SharedCacheError
+from trcomp.contract.shared_cache import check_bucket_owner, parse_location
+
+__all__ = ["check_shared_cache"]
+
+
+def check_shared_cache(
+    config: TrainingCompilerConfig | None, *, mode: str, boto_session: Any = None
+) -> None:
+    """Refuse a shared cache the job could not use, or must not trust.
+
+    ``mode`` is ``"process"``, ``"docker"`` or ``"remote"``; ``boto_session``
+    the boto3 session whose credentials the job gets (default: a new one).
+    """
+    if config is None or not config.enabled or not config.shared_cache:
+        return
+    location = parse_location(config.shared_cache)
+    if location.kind == "file" and mode == "process":
+        from trcomp.local.job_checks import check_writable
+
+        check_writable(Path(location.path), "shared_cache")
+    elif location.kind == "file" and mode == "docker":
+        raise LocalModeError(
+            f"shared_cache {location.shown} is a directory of this machine, which Docker local "
+            "mode does not mount into the job's container: use instance_type='local_process', "
+            "or an s3:// or redis:// shared_cache"
+        )
+    elif location.kind == "s3":
+        _check_bucket(location.bucket, boto_session)
+
+
+def _check_bucket(bucket: str, boto_session: Any) -> None:
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    session = boto_session or boto3.session.Session()
+    try:
+        account = str(session.client("sts").get_caller_identity()["Account"])
+        check_bucket_owner(session.client("s3"), bucket, account, where="before the job started")
+    except (ClientError, BotoCoreError) as exc:
+        raise SharedCacheError(
+            f"cannot check who owns the shared_cache bucket {bucket!r}: {exc}. The job needs "
+            "credentials that may call sts:GetCallerIdentity and s3:ListBucket on it."
+        ) from None
