@@ -8,6 +8,9 @@ tool whose writer turns it into markdown:
   rendered by :func:`trcomp_bench.results.markdown_table`;
 - ``launch``: rows the launch measurement wrote (``python -m trcomp_bench.launch
   --json``), rendered by :func:`trcomp_bench.launch.markdown_table`;
+- ``speedup_jobs``: the reference workloads run as jobs (``python -m
+  trcomp_bench.speedup_jobs --json``), rendered by
+  :func:`trcomp_bench.speedup_jobs.markdown_table`;
 - ``recorded``: numbers measured before their tool kept JSON (command timings,
   runs whose raw rows were not kept): an object with ``measured`` (the date),
   ``source`` (how and where it was measured, the commit that first recorded
@@ -51,6 +54,12 @@ def _launch(path: Path) -> str:
     return markdown_table(json.loads(path.read_text()))
 
 
+def _speedup_jobs(path: Path) -> str:
+    from trcomp_bench.speedup_jobs import markdown_table
+
+    return markdown_table(json.loads(path.read_text()))
+
+
 def _recorded(path: Path) -> str:
     data: dict[str, Any] = json.loads(path.read_text())
     missing = RECORDED_KEYS - set(data)
@@ -67,6 +76,7 @@ KINDS: dict[str, Callable[[Path], str]] = {
     "bench": _bench,
     "launch": _launch,
     "recorded": _recorded,
+    "speedup_jobs": _speedup_jobs,
 }
 
 
