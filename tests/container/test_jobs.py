@@ -60,7 +60,12 @@ def test_compiled_runs_report_the_compiler_metrics(loop_runs, name):
     summary = run.summary
     assert summary["backend"] == name
     metrics = summary["metrics"]
-    assert set(metrics) == set(METRICS)  # every metric, the times included, is reported
+    # Every metric, the times included, is reported; the speed-up over eager only where
+    # eager can run in the same process (inductor: torch-xla says why not).
+    no_eager = {"eager_step_s", "speedup_vs_eager"} if name == "xla" else set()
+    assert set(metrics) == set(METRICS) - no_eager
+    if name == "xla":
+        assert "torch-xla" in summary["speedup"]["reason"]
     assert metrics["graphs_compiled"] >= 1
     assert metrics["recompiles"] == 0 and metrics["graph_breaks"] == 0
     # Counters, not clocks: the compilations compile_time_s adds up, and the steps
