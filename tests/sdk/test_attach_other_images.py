@@ -48,9 +48,14 @@ def _aws_image(framework: str, version: str, py_version: str, **kwargs: Any) -> 
     )
 
 
-PYTORCH_23 = _aws_image("pytorch", "2.3", "py311")
-OLD_COMPILER = _aws_image("pytorch-training-compiler", "1.13.1", "py39")
-HF_PYTORCH_23 = _aws_image("huggingface", "4.46.1", "py311", base_framework_version="pytorch2.3.0")
+try:
+    PYTORCH_23 = _aws_image("pytorch", "2.3", "py311")
+    OLD_COMPILER = _aws_image("pytorch-training-compiler", "1.13.1", "py39")
+    HF_PYTORCH_23 = _aws_image(
+        "huggingface", "4.46.1", "py311", base_framework_version="pytorch2.3.0"
+    )
+except ValueError as exc:  # an older SDK (make test-sdk-lowest) does not know these images
+    pytest.skip(f"this SageMaker SDK has no URI for the AWS images: {exc}", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
