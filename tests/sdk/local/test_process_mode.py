@@ -307,6 +307,7 @@ def _site_packages_without(tmp_path: Path, hidden: tuple[str, ...]) -> Path:
     return shadow
 
 
+@pytest.mark.slow  # a child interpreter per case; not for make test-sdk-lowest
 @pytest.mark.parametrize(
     ("hidden", "named"),
     [(("torch", "functorch"), "torch"), (("sagemaker_training",), "sagemaker_training")],
