@@ -21,8 +21,10 @@ __all__ = ["build_parser", "main", "register", "run"]
 
 _DESCRIPTION = (
     "Train reference workloads (or your own model) with eager PyTorch and each compiler, "
-    "side by side, one fresh process per measurement: time to first step with a cold and a "
-    "warm compile cache, steady step time, samples/s, peak memory, and the largest loss "
+    "side by side, one fresh process per measurement: time to first step with a cold "
+    "compile cache, a warm one (the cache dir the cold run filled) and a warm one from a "
+    "shared compile cache (another, empty cache dir that only the shared cache the cold run "
+    "wrote fills), steady step time, samples/s, peak memory, and the largest loss "
     "difference against eager (dropout off, fp32)."
 )
 
@@ -72,6 +74,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     how.add_argument(
         "--repeats", type=int, default=1, help="warm-cache rounds after the cold one (default: 1)"
+    )
+    how.add_argument(
+        "--no-shared",
+        action="store_true",
+        help="skip the shared round (the first step of each compiled backend warm from a "
+        "shared compile cache, in another, empty cache dir)",
     )
     how.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default: 1e-3)")
     how.add_argument(
@@ -177,8 +185,8 @@ def run(args: argparse.Namespace) -> int:
         options = BenchOptions(
             workloads=args.workloads, backends=backends, size=args.size,
             batch_size=args.batch_size, steps=args.steps, warmup=args.warmup,
-            repeats=args.repeats, device=args.device, model=args.model, lr=args.lr,
-            timeout_s=args.timeout_s,
+            repeats=args.repeats, shared=not args.no_shared, device=args.device,
+            model=args.model, lr=args.lr, timeout_s=args.timeout_s,
         )  # fmt: skip
         options.specs()  # check names before starting anything
     except ValueError as exc:

@@ -2,9 +2,12 @@
 
 Order of a run (``repeats=1``): the cold round (every workload, every backend,
 each with a fresh, empty compile cache), then the warm rounds (the same runs
-again on the caches the cold round filled). Inside a round the backends of a
-workload run one after the other, in an order rotated each round, so drift on
-a shared machine lands on all of them alike. Nothing here imports torch.
+again on the caches the cold round filled), then the shared round (each
+compiled backend once more, on another, empty cache dir filled only from the
+shared compile cache its cold run wrote: :mod:`trcomp_bench.shared_round`).
+Inside a round the backends of a workload run one after the other, in an order
+rotated each round, so drift on a shared machine lands on all of them alike.
+Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Any
 from trcomp_bench.backends import backend_env, get_backend
 from trcomp_bench.results import Row
 from trcomp_bench.runs import run_capped
+from trcomp_bench.shared_round import NothingShared, Shared, engine_of, open_fresh, open_lineage
+from trcomp_bench.shared_round import share as share_cache
 from trcomp_bench.worker import RunSpec
 from trcomp_bench.workloads import get_workload
 
@@ -58,6 +63,7 @@ class BenchOptions:
     steps: int = 30
     warmup: int = 5
     repeats: int = 1  # warm rounds after the cold one
+    shared: bool = True  # the shared round: warm from a shared cache, another cache dir
     device: str = "auto"
     model: str | None = None  # a user's module:factory instead of the workloads
     lr: float = 1e-3
@@ -142,30 +148,95 @@ def _max_diff(losses: Iterable[list[float]], reference: list[float]) -> float:
     return max(diffs) if diffs else 0.0
 
 
-def _row(spec: RunSpec, runs: list[dict[str, Any]], eager: list[dict[str, Any]] | None) -> Row:
-    """Fold the cold run and the warm runs of one (workload, backend) into a row."""
+def _row(
+    spec: RunSpec,
+    runs: list[dict[str, Any]],
+    eager: list[dict[str, Any]] | None,
+    shared: tuple[dict[str, Any] | None, dict[str, int]] | None,
+) -> Row:
+    """Fold the cold run, the warm runs and the shared run of one (workload, backend)."""
     steps = [t for run in runs for t in run["step_times_s"]]
     step_s = statistics.median(steps)
     warm = [run["first_step_s"] for run in runs[1:]]
+    shared_run, shared_read = shared if shared else (None, None)
     max_diff = None
     if eager:
         own = [run["losses"] for run in runs]
         if spec.backend == "eager":
             max_diff = _max_diff(own[1:], own[0])  # determinism check: eager against itself
         else:
-            max_diff = _max_diff(own, eager[0]["losses"])
+            extra = [shared_run["losses"]] if shared_run else []
+            max_diff = _max_diff([*own, *extra], eager[0]["losses"])
     return Row(
         workload=_label(spec), backend=spec.backend, device=runs[0]["device"],
         batch_size=spec.batch_size, first_step_cold_s=runs[0]["first_step_s"],
         first_step_warm_s=statistics.median(warm) if warm else None, step_s=step_s,
         samples_per_s=spec.batch_size / step_s,
         peak_mem_mb=max(run["peak_mem_mb"] for run in runs), max_loss_diff=max_diff,
+        first_step_shared_s=shared_run["first_step_s"] if shared_run else None,
+        shared_read=shared_read,
     )  # fmt: skip
 
 
 def _rotate(items: list[RunSpec], by: int) -> list[RunSpec]:
     by %= max(len(items), 1)
     return items[by:] + items[:by]
+
+
+@dataclass
+class _Rounds:
+    """The state of one benchmark run: where caches live, what ran, what failed."""
+
+    root: Path
+    run: Runner
+    sharing: bool
+    results: dict[RunSpec, list[dict[str, Any]]]
+    errors: dict[str, str] = field(default_factory=dict)
+    lineage: dict[str, Shared] = field(default_factory=dict)
+    shared: dict[RunSpec, tuple[dict[str, Any] | None, dict[str, int]]] = field(
+        default_factory=dict
+    )
+
+    def lineage_run(self, spec: RunSpec, key: str, cold: bool) -> None:
+        """A cold run (fresh cache dir) or a warm one (the cache dir the cold run filled)."""
+        cache = self.root / _label(spec).replace(":", "_").replace("/", "_") / spec.backend
+        env = backend_env(spec.backend, cache, os.environ)
+        if self.sharing and engine_of(spec.backend):
+            if cold:  # the first job: opens the (empty) shared location, as a job starts
+                self.lineage[key] = open_lineage(self.root, key, spec.backend, cache, os.environ)
+            env.update(self.lineage[key].environment)
+        try:
+            self.results[spec].append(self.run(spec, env))
+        except RunFailed as exc:
+            self.errors[key] = str(exc)
+            return
+        if cold and key in self.lineage:  # and shares what it compiled, as a job ends
+            share_cache(self.lineage[key], cache)
+
+    def shared_run(self, spec: RunSpec, key: str) -> None:
+        """A fresh cache dir filled only from the shared location, and a run on it."""
+        failed = f"{key} (shared round)"
+        try:
+            live, cache = open_fresh(self.lineage[key], self.root, key, spec.backend, os.environ)
+        except NothingShared as exc:
+            self.errors[failed] = str(exc)
+            self.shared[spec] = (None, {"entries": 0, "files": 0, "bytes": 0})
+            return
+        facts = cache.facts
+        read = {"entries": facts["entries_read"], "files": facts["files_read"]}
+        read["bytes"] = facts["bytes_read"]
+        env = backend_env(spec.backend, live, os.environ)
+        env.update(cache.environment)
+        try:
+            result = self.run(spec, env)
+        except RunFailed as exc:
+            self.errors[failed] = str(exc)
+            self.shared[spec] = (None, read)
+            return
+        if "fxgraph_cache" in result:
+            read["fxgraph_hits"] = result["fxgraph_cache"]["hit"]
+            read["fxgraph_misses"] = result["fxgraph_cache"]["miss"]
+        self.shared[spec] = (result, read)
 
 
 def run_benchmark(
@@ -175,8 +246,11 @@ def run_benchmark(
 ) -> BenchResult:
     """Measure every (workload, backend) of ``options``; failures become ``errors``.
 
-    ``runner`` replaces :func:`run_measurement` (tests). The compile caches live in
-    a temporary directory removed at the end.
+    ``runner`` replaces :func:`run_measurement` (tests). The compile caches, and
+    the shared caches of the shared round, live in a temporary directory removed
+    at the end. A shared round that fails (its read found nothing, or its run
+    failed) keeps the row, without its shared time, and adds an error
+    ``"<workload>/<backend> (shared round)"``.
     """
     from tqdm import tqdm
 
@@ -186,30 +260,33 @@ def run_benchmark(
     for spec in specs:
         by_workload.setdefault(_label(spec), []).append(spec)
     rounds = 1 + options.repeats
-    results: dict[RunSpec, list[dict[str, Any]]] = {spec: [] for spec in specs}
-    errors: dict[str, str] = {}
+    sharing = [spec for spec in specs if options.shared and engine_of(spec.backend)]
     with tempfile.TemporaryDirectory(prefix="trcomp-bench-") as tmp:
-        root = Path(tmp)
-        bar = tqdm(total=rounds * len(specs), disable=not progress, file=sys.stderr, unit="run")
+        state = _Rounds(Path(tmp), run, options.shared, {spec: [] for spec in specs})
+        total = rounds * len(specs) + len(sharing)
+        bar = tqdm(total=total, disable=not progress, file=sys.stderr, unit="run")
         with bar:
             for round_no in range(rounds):
                 for workload, group in by_workload.items():
                     for spec in _rotate(group, round_no):
                         key = f"{workload}/{spec.backend}"
                         bar.set_description(f"{key} {'cold' if round_no == 0 else 'warm'}")
-                        if key not in errors:
-                            cache = root / workload.replace(":", "_").replace("/", "_")
-                            env = backend_env(spec.backend, cache / spec.backend, os.environ)
-                            try:
-                                results[spec].append(run(spec, env))
-                            except RunFailed as exc:
-                                errors[key] = str(exc)
+                        if key not in state.errors:
+                            state.lineage_run(spec, key, cold=round_no == 0)
                         bar.update(1)
+            for workload, group in by_workload.items():
+                for spec in _rotate([s for s in group if s in sharing], rounds):
+                    key = f"{workload}/{spec.backend}"
+                    bar.set_description(f"{key} shared")
+                    if key not in state.errors:
+                        state.shared_run(spec, key)
+                    bar.update(1)
     rows = []
+    errors = state.errors
     for group in by_workload.values():
-        eager = next((results[s] for s in group if s.backend == "eager"), None)
+        eager = next((state.results[s] for s in group if s.backend == "eager"), None)
         eager = eager if eager and f"{_label(group[0])}/eager" not in errors else None
         for spec in group:
             if f"{_label(spec)}/{spec.backend}" not in errors:
-                rows.append(_row(spec, results[spec], eager))
+                rows.append(_row(spec, state.results[spec], eager, state.shared.get(spec)))
     return BenchResult(rows, errors)

@@ -16,6 +16,7 @@ from typing import Any
 
 __all__ = [
     "ROW_KEYS",
+    "SHARED_KEYS",
     "Row",
     "markdown_table",
     "plot",
@@ -53,6 +54,15 @@ class Row:
     allocated on GPU, peak process RSS elsewhere. ``max_loss_diff``: largest
     per-step loss difference against eager over the same steps (eager's own row:
     its warm runs against its cold run); None without an eager run.
+
+    ``first_step_shared_s``: the first step in a fresh process whose cache dir
+    is another, empty one, filled only from the shared compile cache the cold
+    run wrote (a job of another lineage); ``shared_read``: what that read
+    brought (``entries``, ``files``, ``bytes``) and, on inductor, the shared
+    run's FX graph cache ``fxgraph_hits`` and ``fxgraph_misses``. Both None
+    where the shared round did not run (eager, ``--no-shared``, rows written
+    before it existed). ``shared_read`` without a time: the read found nothing
+    or the shared run failed (the benchmark's errors say which).
     """
 
     workload: str
@@ -65,16 +75,25 @@ class Row:
     samples_per_s: float
     peak_mem_mb: float
     max_loss_diff: float | None
+    first_step_shared_s: float | None = None
+    shared_read: dict[str, int] | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Row:
-        """A row from its JSON object; unknown or missing keys are an error."""
-        if set(data) != set(ROW_KEYS):
-            raise ValueError(f"a benchmark row has exactly the keys {', '.join(ROW_KEYS)}")
+        """A row from its JSON object; unknown or missing keys are an error.
+
+        The shared round's keys may be missing (rows written before it existed).
+        """
+        if not set(ROW_KEYS) - set(SHARED_KEYS) <= set(data) <= set(ROW_KEYS):
+            raise ValueError(
+                f"a benchmark row has exactly the keys {', '.join(ROW_KEYS)} "
+                f"(those of the shared round, {', '.join(SHARED_KEYS)}, may be missing)"
+            )
         return cls(**data)
 
 
 ROW_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Row))
+SHARED_KEYS: tuple[str, ...] = ("first_step_shared_s", "shared_read")
 
 
 def write_text(path: Path, text: str) -> None:
@@ -104,10 +123,15 @@ def _num(value: float | None, fmt: str) -> str:
 
 
 def markdown_table(rows: list[Row]) -> str:
-    """The CPU rows as a table; "vs eager" is eager's step time over this row's (>1 is faster)."""
+    """The CPU rows as a table; "vs eager" is eager's step time over this row's (>1 is faster).
+
+    The shared column is there only when some row went through the shared round.
+    """
     eager = _eager_step(rows)
+    shared = any(r.shared_read is not None for r in rows)
     header = (
         "workload", "backend", "device", "batch", "first step cold (s)", "first step warm (s)",
+        *(("first step warm, shared (s)",) if shared else ()),
         "step (ms)", "samples/s", "vs eager", "peak mem (MiB)", "max loss diff",
     )  # fmt: skip
     cells = []
@@ -115,7 +139,9 @@ def markdown_table(rows: list[Row]) -> str:
         ratio = eager[r.workload] / r.step_s if r.workload in eager else None
         cells.append((
             r.workload, r.backend, r.device, r.batch_size, f"{r.first_step_cold_s:.2f}",
-            _num(r.first_step_warm_s, ".2f"), f"{r.step_s * 1e3:.1f}", f"{r.samples_per_s:.0f}",
+            _num(r.first_step_warm_s, ".2f"),
+            *((_num(r.first_step_shared_s, ".2f"),) if shared else ()),
+            f"{r.step_s * 1e3:.1f}", f"{r.samples_per_s:.0f}",
             f"{_num(ratio, '.2f')}x", f"{r.peak_mem_mb:.0f}", _num(r.max_loss_diff, ".1e"),
         ))  # fmt: skip
     return table(header, cells)

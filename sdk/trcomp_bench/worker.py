@@ -53,8 +53,9 @@ def measure(spec: RunSpec) -> dict[str, Any]:
     Returns ``device``, ``losses`` (one per step), ``first_step_s`` (from the
     compile call to the end of the first optimizer step, so compilation is in
     it; imports and model building are not), ``step_times_s`` (the steps after
-    ``warmup``), ``peak_mem_mb`` and ``startup_s`` (process start to the
-    compile call: imports, model build).
+    ``warmup``), ``peak_mem_mb``, ``startup_s`` (process start to the
+    compile call: imports, model build) and, on inductor, ``fxgraph_cache``
+    (its FX graph cache's ``hit`` and ``miss`` counts in this process).
     """
     from trcomp_bench.backends import open_session
     from trcomp_bench.workloads import get_workload, load_factory, loss_of
@@ -95,7 +96,7 @@ def measure(spec: RunSpec) -> dict[str, Any]:
         now = time.perf_counter()
         times.append(now - last)
         last = now
-    return {
+    result: dict[str, Any] = {
         "device": session.device_label,
         "losses": losses,
         "first_step_s": times[0],
@@ -103,6 +104,15 @@ def measure(spec: RunSpec) -> dict[str, Any]:
         "peak_mem_mb": session.peak_mem_mb(),
         "startup_s": start - _STARTED,
     }
+    if session.spec.compiler == "inductor":
+        from torch._dynamo.utils import counters
+
+        found = counters["inductor"]
+        result["fxgraph_cache"] = {
+            "hit": int(found["fxgraph_cache_hit"]),
+            "miss": int(found["fxgraph_cache_miss"]),
+        }
+    return result
 
 
 def _is_oom(exc: BaseException) -> bool:

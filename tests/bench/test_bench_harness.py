@@ -31,7 +31,9 @@ def test_rounds_are_interleaved_and_caches_go_cold_then_warm(fake_result: Fake) 
         first = 10.0 if len(seen_cache[f"{spec.workload}/{spec.backend}"]) == 1 else 2.0
         return fake_result([1.0, 0.9, 0.8], first=first)
 
-    options = quick_options(workloads=("mlp", "gpt2"), backends=("eager", "inductor", "xla"))
+    options = quick_options(
+        workloads=("mlp", "gpt2"), backends=("eager", "inductor", "xla"), shared=False
+    )
     result = run_benchmark(options, progress=False, runner=runner)
     order = [(w, b) for w, b, _ in calls]
     assert order[:6] == [
@@ -48,6 +50,7 @@ def test_rounds_are_interleaved_and_caches_go_cold_then_warm(fake_result: Fake) 
     )  # fmt: skip
     assert row.step_s == 0.01 and row.samples_per_s == pytest.approx(64 / 0.01)
     assert row.max_loss_diff == 0.0
+    assert len(calls) == 12 and row.first_step_shared_s is None and row.shared_read is None
 
 
 def test_loss_difference_is_against_eager_and_failures_drop_the_row(fake_result: Fake) -> None:
@@ -57,7 +60,9 @@ def test_loss_difference_is_against_eager_and_failures_drop_the_row(fake_result:
         shift = 0.001 if spec.backend == "inductor" else 0.0
         return fake_result([1.0, 0.9 + shift, 0.8])
 
-    options = quick_options(workloads=("mlp",), backends=("eager", "inductor", "xla"), repeats=2)
+    options = quick_options(
+        workloads=("mlp",), backends=("eager", "inductor", "xla"), repeats=2, shared=False
+    )
     result = run_benchmark(options, progress=False, runner=runner)
     assert [r.backend for r in result.rows] == ["eager", "inductor"]
     assert result.rows[1].max_loss_diff == pytest.approx(0.001)
@@ -65,7 +70,7 @@ def test_loss_difference_is_against_eager_and_failures_drop_the_row(fake_result:
 
 
 def test_without_eager_there_is_no_loss_difference(fake_result: Fake) -> None:
-    options = quick_options(workloads=("mlp",), backends=("inductor",), repeats=0)
+    options = quick_options(workloads=("mlp",), backends=("inductor",), repeats=0, shared=False)
     result = run_benchmark(options, progress=False, runner=lambda s, e: fake_result([1.0]))
     assert result.rows[0].max_loss_diff is None and result.rows[0].first_step_warm_s is None
 

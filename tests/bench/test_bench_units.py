@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ ISSUE_KEYS = [
     "workload", "backend", "device", "batch_size", "first_step_cold_s", "first_step_warm_s",
     "step_s", "samples_per_s", "peak_mem_mb", "max_loss_diff",
 ]  # fmt: skip
+SHARED_ROUND_KEYS = ["first_step_shared_s", "shared_read"]  # issue 19: warm from a shared cache
 
 
 def _row(backend: str, step_s: float, workload: str = "gpt2") -> Row:
@@ -38,7 +40,8 @@ def _row(backend: str, step_s: float, workload: str = "gpt2") -> Row:
 def test_importing_the_bench_does_not_import_torch() -> None:
     code = (
         "import sys, trcomp_bench, trcomp_bench.cli, trcomp_bench.harness, "
-        "trcomp_bench.batchsize, trcomp_bench.gpu_h200, trcomp_bench.workloads; "
+        "trcomp_bench.batchsize, trcomp_bench.gpu_h200, trcomp_bench.workloads, "
+        "trcomp_bench.shared_round; "
         "heavy = [m for m in ('torch', 'torch_xla', 'transformers', 'matplotlib') "
         "if m in sys.modules]; print(heavy); sys.exit(1 if heavy else 0)"
     )
@@ -56,14 +59,46 @@ def test_importing_trcomp_does_not_import_the_bench() -> None:
 
 
 def test_row_keys_are_exactly_the_issue_keys(tmp_path: Path) -> None:
-    assert list(ROW_KEYS) == ISSUE_KEYS
-    rows = [_row("eager", 0.03), _row("inductor", 0.02)]
+    keys = ISSUE_KEYS + SHARED_ROUND_KEYS
+    assert list(ROW_KEYS) == keys
+    shared = replace(
+        _row("inductor", 0.02, "mlp"),
+        first_step_shared_s=7.5,
+        shared_read={"entries": 1, "files": 4, "bytes": 900},
+    )
+    rows = [_row("eager", 0.03), _row("inductor", 0.02), shared]
     write_json(rows, tmp_path / "out" / "rows.json")
     loaded = json.loads((tmp_path / "out" / "rows.json").read_text())
-    assert [list(item) for item in loaded] == [ISSUE_KEYS, ISSUE_KEYS]
+    assert [list(item) for item in loaded] == [keys, keys, keys]
     assert read_json(tmp_path / "out" / "rows.json") == rows
     with pytest.raises(ValueError, match="exactly the keys"):
         Row.from_dict({**loaded[0], "extra": 1})
+    with pytest.raises(ValueError, match="exactly the keys"):
+        Row.from_dict({k: v for k, v in loaded[0].items() if k != "step_s"})
+
+
+def test_rows_written_before_the_shared_round_read_and_render_as_before() -> None:
+    old = asdict(_row("inductor", 0.02))
+    for name in SHARED_ROUND_KEYS:
+        del old[name]
+    row = Row.from_dict(old)
+    assert row.first_step_shared_s is None and row.shared_read is None
+    table = markdown_table([_row("eager", 0.03), row])
+    assert table.splitlines()[0] == (
+        "| workload | backend | device | batch | first step cold (s) | first step warm (s) "
+        "| step (ms) | samples/s | vs eager | peak mem (MiB) | max loss diff |"
+    )
+    assert table.splitlines()[3] == (
+        "| gpt2 | inductor | cpu:2t | 8 | 20.00 | 6.00 | 20.0 | 400 | 1.50x | 900 | 1.0e-06 |"
+    )
+
+
+def test_the_shared_column_comes_after_the_warm_one() -> None:
+    shared = replace(_row("inductor", 0.02), first_step_shared_s=7.25, shared_read={"files": 4})
+    lines = markdown_table([_row("eager", 0.03), shared]).splitlines()
+    assert "| first step warm (s) | first step warm, shared (s) | step (ms) |" in lines[0]
+    assert lines[2].startswith("| gpt2 | eager | cpu:2t | 8 | 20.00 | 6.00 | n/a | 30.0 |")
+    assert lines[3].startswith("| gpt2 | inductor | cpu:2t | 8 | 20.00 | 6.00 | 7.25 | 20.0 |")
 
 
 def test_one_table_writer() -> None:
