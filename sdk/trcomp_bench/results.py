@@ -52,8 +52,9 @@ class Row:
     step, in a fresh process, with an empty (cold) or filled (warm) compile
     cache. ``step_s``: median steady-state step. ``peak_mem_mb``: CUDA max
     allocated on GPU, peak process RSS elsewhere. ``max_loss_diff``: largest
-    per-step loss difference against eager over the same steps (eager's own row:
-    its warm runs against its cold run); None without an eager run.
+    per-step loss difference against eager over the same steps, in every run
+    of the row (eager's own row: its warm runs against its cold run); None
+    without an eager run.
 
     ``first_step_shared_s``: the first step in a fresh process whose cache dir
     is another, empty one, filled only from the shared compile cache the cold

@@ -47,7 +47,7 @@ def test_register_mounts_bench_on_a_parent_parser() -> None:
 
 
 @pytest.mark.slow
-def test_bench_a_user_model_eager_against_inductor_cold_and_warm(
+def test_bench_a_user_model_eager_against_inductor_cold_warm_and_shared(
     tmp_path: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
@@ -67,7 +67,15 @@ def test_bench_a_user_model_eager_against_inductor_cold_and_warm(
     # The warm round ran (its first step is there) and a steady step was taken.
     assert isinstance(inductor["first_step_warm_s"], float)
     assert isinstance(inductor["step_s"], float)
-    assert "| inductor |" in capsys.readouterr().out
+    # The shared round: another, empty cache dir that only the shared cache the cold
+    # run wrote filled; its process found every FX graph there.
+    assert isinstance(inductor["first_step_shared_s"], float)
+    read = inductor["shared_read"]
+    assert read["entries"] == 1 and read["files"] > 0 and read["bytes"] > 0
+    assert read["fxgraph_hits"] > 0 and read["fxgraph_misses"] == 0, read
+    assert eager["first_step_shared_s"] is None and eager["shared_read"] is None
+    printed = capsys.readouterr().out
+    assert "| inductor |" in printed and "| first step warm, shared (s) |" in printed
     assert (out / "rows.png").stat().st_size > 1000 and (out / "rows.md").exists()
 
 

@@ -150,3 +150,18 @@ def test_a_failing_shared_run_keeps_the_row_and_reports_the_error(fake_result: F
     (row,) = result.rows
     assert row.first_step_shared_s is None
     assert row.shared_read is not None and row.shared_read["files"] == 1
+
+
+def test_the_shared_run_counts_in_the_loss_difference_against_eager(fake_result: Fake) -> None:
+    compiler = FakeCompiler(fake_result)
+
+    def runner(spec: RunSpec, env: Mapping[str, str]) -> dict[str, Any]:
+        result = compiler(spec, env)
+        shared_run = len([c for c in compiler.calls if c.backend == spec.backend]) == 3
+        if spec.backend == "inductor" and shared_run:  # cold, warm, then shared
+            result["losses"] = [1.0, 0.9, 0.8 + 0.002]
+        return result
+
+    result = run_benchmark(_options(backends=("eager", "inductor")), progress=False, runner=runner)
+    assert not result.errors
+    assert [r.max_loss_diff for r in result.rows] == [0.0, pytest.approx(0.002)]
