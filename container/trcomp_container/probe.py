@@ -21,8 +21,10 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = [
     "InductorOptionCheck",
@@ -195,8 +197,11 @@ def _probe_jax(gpus: int) -> ProbeResult:
 
 
 def cpu_inductor_check(env: Mapping[str, str]) -> ProbeResult:
-    """Inductor on CPU needs only a C++ compiler: check it without starting torch.
+    """Inductor on CPU needs a C++ compiler and Python's headers: check both without torch.
 
+    Inductor compiles C++ that includes ``Python.h`` from this interpreter's include
+    dir (``sysconfig``'s ``include`` path, as torch finds it); a host with g++ but
+    without the headers (no python3-dev) fails in the user's first compiled step.
     torch itself is checked by the script's own start; a child that imports torch
     would add seconds to every CPU job for nothing.
     """
@@ -208,13 +213,22 @@ def cpu_inductor_check(env: Mapping[str, str]) -> ProbeResult:
             f"inductor needs a C++ compiler on CPU and {compiler!r} was not found: "
             "install g++ in the image or set CXX",
         )
+    include = Path(sysconfig.get_path("include"))
+    if not (include / "Python.h").is_file():
+        version = sysconfig.get_python_version()
+        return ProbeResult(
+            False,
+            f"inductor compiles C++ against Python's headers and {include / 'Python.h'} "
+            f"does not exist: install the headers of Python {version} (Debian/Ubuntu: "
+            f"apt-get install python{version}-dev, or python3-dev)",
+        )
     return ProbeResult(True, hardware=f"cpu, {compiler}")
 
 
 def run_probe(backend: str, gpus: int, env: Mapping[str, str]) -> ProbeResult:
     """Check ``backend`` can start: in a child process with ``env``.
 
-    CPU inductor is checked in-process (is there a C++ compiler?): a child that
+    CPU inductor is checked in-process (a C++ compiler, Python's headers): a child that
     imports torch and compiles would add seconds to every CPU job.
     """
     if backend == "inductor" and not gpus:

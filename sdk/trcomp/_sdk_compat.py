@@ -5,7 +5,8 @@ names the private attribute it uses and why; tests/sdk/test_sdk_compat.py checks
 each one against the installed SDK (``make test`` on the newest v2,
 ``make test-sdk-lowest`` on the lowest pyproject allows), so an SDK release that
 changes them fails a test instead of a user's job. No other trcomp module reads
-or writes a private SDK name; the test also checks that.
+or writes a private SDK name (the SDK v3's are in :mod:`trcomp.v3._sdk_compat`);
+the test also checks that.
 
 Two hooks are overridden rather than called, because the SDK's design asks
 subclasses to provide them: ``_to_hyperparameter_dict`` (the SDK's estimators
@@ -17,6 +18,8 @@ trcomp's estimators extend it). They are listed in :data:`SDK_HOOKS`.
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -92,27 +95,60 @@ def _local_image_module() -> Any:
     return image
 
 
+# The extra volumes of the jobs started from this thread (or asyncio task): fit() in
+# local mode prepares its containers in the thread that called it.
+_EXTRA_VOLUMES: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar(
+    "trcomp_extra_training_volumes", default=()
+)
+_PATCH_LOCK = threading.Lock()
+_patch_users = 0
+_unpatched: Any = None
+
+
 @contextlib.contextmanager
 def extra_training_volume(host_dir: str, container_dir: str) -> Iterator[None]:
     """Bind-mount ``host_dir`` at ``container_dir`` in local mode's training containers.
 
     Local mode builds each container's volumes in
-    ``_SageMakerContainer._prepare_training_volumes``; inside this block one more
-    ``_Volume`` is appended there.
+    ``_SageMakerContainer._prepare_training_volumes``. While any such block is open
+    that method is replaced, once per process, by one that appends the volumes of the
+    blocks open in the *calling* context (a :class:`contextvars.ContextVar`). So two
+    ``fit()`` calls in two threads each mount their own checkpoint dir, never each
+    other's; the last block to close puts the SDK's method back.
     """
     image = _local_image_module()
-    original = image._SageMakerContainer._prepare_training_volumes
-
-    def with_volume(self: Any, *args: Any, **kwargs: Any) -> list[Any]:
-        volumes = list(original(self, *args, **kwargs))
-        volumes.append(image._Volume(host_dir, container_dir))
-        return volumes
-
-    image._SageMakerContainer._prepare_training_volumes = with_volume
+    token = _EXTRA_VOLUMES.set((*_EXTRA_VOLUMES.get(), (host_dir, container_dir)))
+    _patch_volumes(image)
     try:
         yield
     finally:
-        image._SageMakerContainer._prepare_training_volumes = original
+        _EXTRA_VOLUMES.reset(token)
+        _unpatch_volumes(image)
+
+
+def _patch_volumes(image: Any) -> None:
+    global _patch_users, _unpatched
+    with _PATCH_LOCK:
+        if _patch_users == 0:
+            original = image._SageMakerContainer._prepare_training_volumes
+
+            def with_volumes(self: Any, *args: Any, **kwargs: Any) -> list[Any]:
+                volumes = list(original(self, *args, **kwargs))
+                volumes.extend(image._Volume(h, c) for h, c in _EXTRA_VOLUMES.get())
+                return volumes
+
+            _unpatched = original
+            image._SageMakerContainer._prepare_training_volumes = with_volumes
+        _patch_users += 1
+
+
+def _unpatch_volumes(image: Any) -> None:
+    global _patch_users, _unpatched
+    with _PATCH_LOCK:
+        _patch_users -= 1
+        if _patch_users == 0:
+            image._SageMakerContainer._prepare_training_volumes = _unpatched
+            _unpatched = None
 
 
 def validate_config_once(config: dict[str, Any]) -> None:

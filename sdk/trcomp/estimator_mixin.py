@@ -233,7 +233,14 @@ class _CompilerMixin:
     def _prepare_init_params_from_job_description(
         cls, job_details: dict[str, Any], model_channel_name: str | None = None
     ) -> dict[str, Any]:
-        """``attach()``: the SDK's parameters plus the job's compiler config and versions."""
+        """``attach()``: the SDK's parameters plus the job's compiler config and versions.
+
+        A job that ran on one of trcomp's images gets the versions read from its tag.
+        A job that ran on any other image (an AWS framework image, or the old Training
+        Compiler's) keeps that image, with the versions the SDK read from its tag, as
+        the SDK's own class attaches it: those versions describe the job that ran,
+        not a new job on trcomp's image, so they are not checked against trcomp's.
+        """
         params: dict[str, Any] = super()._prepare_init_params_from_job_description(  # type: ignore[misc]
             job_details, model_channel_name
         )
@@ -242,9 +249,14 @@ class _CompilerMixin:
             params["compiler_config"] = TrainingCompilerConfig.from_hyperparameters(hyperparameters)
             for key in (ENABLED_KEY, DEBUG_KEY, CONFIG_KEY):
                 hyperparameters.pop(key, None)
-        versions = versions_from_image(params.get("image_uri"))
+        image = (job_details.get("AlgorithmSpecification") or {}).get("TrainingImage")
+        versions = versions_from_image(image)
         if versions is not None:
             cls._trcomp_attach_versions(params, versions.torch, versions.python)
+        elif image:
+            # The SDK drops an image it recognises and would pick it again from the
+            # versions; trcomp would pick its own image for them, or refuse them.
+            params["image_uri"] = image
         return params
 
     @classmethod

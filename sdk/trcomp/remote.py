@@ -30,7 +30,7 @@ from trcomp.checkpoints import (
     checkpoint_environment,
     default_checkpoint_location,
 )
-from trcomp.contract.errors import TrcompError
+from trcomp.credentials import CredentialLeakError, check_no_credentials, credential_values
 from trcomp.jobspec import JobSpec, SdkView
 from trcomp.session import quiet_sagemaker
 
@@ -59,15 +59,7 @@ __all__ = [
 
 logger = logging.getLogger("trcomp")
 
-# Names that must never be sent as a job's environment or hyperparameters.
-_CREDENTIAL_NAMES = frozenset(
-    {"aws_access_key_id", "aws_secret_access_key", "aws_session_token", "aws_security_token"}
-)
 _AWS_DOMAINS = (".amazonaws.com", ".amazonaws.com.cn", ".api.aws")
-
-
-class CredentialLeakError(TrcompError):
-    """A job would carry the caller's AWS credentials in its hyperparameters or environment."""
 
 
 # -- session -------------------------------------------------------------------------
@@ -136,41 +128,6 @@ def default_checkpoint_uri(spec: JobSpec, session: sagemaker.Session) -> str | N
     )
 
 
-def _credential_values(session: Any) -> list[str]:
-    boto_session = getattr(session, "boto_session", None)
-    credentials = boto_session.get_credentials() if boto_session is not None else None
-    if credentials is None:
-        return []
-    frozen = credentials.get_frozen_credentials()
-    # Custom credential providers and test doubles may hold other objects than str:
-    # only text can be found in (and leak through) hyperparameters and environment.
-    values = (frozen.access_key, frozen.secret_key, frozen.token)
-    return [v for v in values if isinstance(v, str) and len(v) >= 8]
-
-
-def check_no_credentials(
-    hyperparameters: Mapping[str, Any], environment: Mapping[str, Any], secrets: list[str]
-) -> None:
-    """Raise :class:`CredentialLeakError` if a job would carry AWS credentials.
-
-    Looks for the credential variable names as keys and for the values in ``secrets``
-    (the caller's access key id, secret key and session token) inside any value. The
-    error names the key, never the value.
-    """
-    for where, mapping in (
-        ("hyperparameter", hyperparameters),
-        ("environment variable", environment),
-    ):
-        for key, value in mapping.items():
-            text = str(value)
-            if str(key).lower() in _CREDENTIAL_NAMES or any(s in text for s in secrets):
-                raise CredentialLeakError(
-                    f"{where} {key!r} holds AWS credentials; SageMaker stores hyperparameters "
-                    "and environment in clear text (DescribeTrainingJob shows them). Remove it: "
-                    "the job gets its AWS access from its execution role (role=)."
-                )
-
-
 def prepare_remote_job(spec: JobSpec, estimator: EstimatorBase) -> JobSpec:
     """Check a job before it is submitted to SageMaker; return its spec as submitted.
 
@@ -179,7 +136,7 @@ def prepare_remote_job(spec: JobSpec, estimator: EstimatorBase) -> JobSpec:
     when the cache is on. ``estimator`` gives its hyperparameters and session.
     """
     session = estimator.sagemaker_session
-    check_no_credentials(estimator.hyperparameters(), spec.environment, _credential_values(session))
+    check_no_credentials(estimator.hyperparameters(), spec.environment, credential_values(session))
     uri = default_checkpoint_uri(spec, session)
     if uri is None:
         return spec

@@ -20,7 +20,10 @@ tests/sdk/test_runtime_jax.py that fails without its workaround:
 - a float learning rate would be frozen into the program: it becomes a tensor,
   an input of the program;
 - the optimizer's step counters must be tensors (``capturable``), not Python
-  numbers read with ``.item()``.
+  numbers read with ``.item()``;
+- convolutions and pooling: ``Tensor.flatten`` cuts autograd, and the
+  backward lowerings of convolution and pooling are missing or wrong
+  (:mod:`trcomp._jax_conv`, pinned by tests/sdk/test_runtime_jax_conv.py).
 
 Only :mod:`trcomp.runtime` imports this module, and only on the jax engine.
 """
@@ -38,6 +41,7 @@ import torchax
 from torch.utils import _pytree as torch_pytree
 from torchax import tensor as tx_tensor
 
+from trcomp import _jax_conv
 from trcomp._jax_state import Parts, Slots, elem, find_parts, write_state
 
 __all__ = [
@@ -142,6 +146,12 @@ ENVIRONMENT_WORKAROUNDS: dict[str, Callable[[tx_tensor.Environment], None]] = {
     "tied_weights": _keep_tied_weights,
     "lowerings_above_autograd": _drop_lowerings_above_autograd,
     "layer_norm_backward": _fix_layer_norm_backward,
+    "flatten_method": _jax_conv.keep_flatten_in_autograd,
+    "convolution_backward": _jax_conv.add_convolution_backward,
+    "grouped_transposed_convolution": _jax_conv.fix_grouped_transposed_convolution,
+    "max_pool_lowering": _jax_conv.keep_max_pool_in_autograd,
+    "max_pool_backward": _jax_conv.fix_max_pool_backward,
+    "avg_pool_backward": _jax_conv.fix_avg_pool_backward,
 }
 """torchax defects fixed once per process (tests/sdk/test_runtime_jax.py pins each)."""
 OPTIMIZER_WORKAROUNDS: dict[str, Callable[[dict[str, Any]], None]] = {

@@ -2,8 +2,9 @@
 
 ``inductor_options`` are applied once, globally, by the start-up hook; ``mode``
 is passed to torch.compile as ``mode`` by runtime.compile and by Accelerate
-alike. These tests run the real hook and the real torch.compile on CPU and read
-the inductor config that was in effect while each graph compiled.
+alike. These tests run the real hook, real Accelerate and the real torch.compile
+on CPU, and read what torch.compile was given and the inductor config that was in
+effect while each graph compiled.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +22,12 @@ from trcomp.contract.config import TrainingCompilerConfig
 from trcomp.contract.runtime_config import RuntimeConfig
 from trcomp.runtime import compile_kwargs
 from trcomp_container.backends import inductor
-from trcomp_container.environment import HOOK_DIR
+from trcomp_container.devices import Devices
+from trcomp_container.environment import HOOK_DIR, build_environment
+from trcomp_container.job import JobPaths
+
+# The developer's variables that a job's environment would not have.
+_JOB_PREFIXES = ("TRCOMP_", "SM_", "ACCELERATE_", "TORCHINDUCTOR_", "PJRT_", "USE_TORCH_XLA")
 
 
 def test_only_changed_fields_are_passed() -> None:
@@ -61,8 +68,9 @@ x = torch.randn(4, 8)
 with torch.no_grad():
     runtime.compile(torch.nn.Linear(8, 8))(x)  # a trcomp.runtime script
     torch._dynamo.reset()
-    # what Accelerate does with ACCELERATE_DYNAMO_MODE
-    torch.compile(torch.nn.Linear(8, 8), backend="inductor", mode=runtime.resolved_config().mode)(x)
+    # an HF script: Accelerate compiles from the job's ACCELERATE_DYNAMO_* variables
+    from accelerate import Accelerator
+    Accelerator().prepare(torch.nn.Linear(8, 8))(x)
 print(json.dumps(seen))
 """
 
@@ -93,3 +101,67 @@ def test_runtime_compile_and_an_hf_script_see_the_same_inductor_config(tmp_path:
     assert runtime_script["epilogue_fusion"] is False
     assert runtime_script["triton.cudagraphs"] is True
     assert runtime_script["max_autotune"] is False
+
+
+# A real Accelerate script's start: Accelerator().prepare(model), as the HF Trainer does.
+# torch.compile is wrapped only to record what Accelerate passes; the real one runs.
+ACCELERATE_SCRIPT = """
+import json, torch
+import torch._inductor.config as inductor_config
+received = []
+real_compile = torch.compile
+
+def recording_compile(*args, **kwargs):
+    received.append(kwargs)
+    return real_compile(*args, **kwargs)
+
+torch.compile = recording_compile
+from accelerate import Accelerator
+model = Accelerator().prepare(torch.nn.Linear(8, 8))
+print(json.dumps({
+    "kwargs": received,
+    "type": type(model).__name__,
+    "epilogue_fusion": inductor_config.epilogue_fusion,
+}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({}, {}),
+        ({"mode": "max-autotune", "fullgraph": True}, {"mode": "max-autotune", "fullgraph": True}),
+        ({"dynamic": False}, {"dynamic": False}),
+        ({"dynamic": True, "inductor_options": {"epilogue_fusion": False}}, {"dynamic": True}),
+    ],
+    ids=["defaults", "mode-fullgraph", "static", "dynamic-options"],
+)
+def test_accelerate_compiles_with_the_jobs_settings(
+    tmp_path: Path, fields: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    config = TrainingCompilerConfig(backend="inductor", **fields)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(_JOB_PREFIXES)}
+    env = build_environment(
+        config=config,
+        backend="inductor",
+        devices=Devices(),
+        paths=JobPaths.under(tmp_path / "opt-ml"),
+        base_env=base,
+        metrics_dir=tmp_path / "ranks",
+        scratch_dir=tmp_path / "scratch",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", ACCELERATE_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    # Exactly one compile, of the whole model, with only what the config changed.
+    assert seen["kwargs"] == [{"backend": "inductor", **expected}]
+    assert seen["type"] == "OptimizedModule"
+    # inductor_options reach the compiler through the hook, not torch.compile's options=.
+    assert seen["epilogue_fusion"] is (config.inductor_options.get("epilogue_fusion", True))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from trcomp.config import TrainingCompilerConfig
+from trcomp_container.backends import resolve_engine
 from trcomp_container.devices import Devices
 from trcomp_container.environment import build_environment
 from trcomp_container.job import JobPaths
@@ -34,7 +35,15 @@ def test_environment_doc_lists_every_variable_the_entrypoint_sets():
     documented = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", (DOCS / "environment.md").read_text()))
     paths = JobPaths.under(Path("/opt/ml"))
     set_by_us: set[str] = set()
-    for backend, devices in (("inductor", Devices()), ("xla", Devices(gpus=2)), (None, Devices())):
+    engines: set[str | None] = set()
+    # backend='xla' runs on torch-xla on CPU and on the jax engine with NVIDIA GPUs.
+    cases = (
+        ("inductor", Devices()),
+        ("xla", Devices()),
+        ("xla", Devices(gpus=2)),
+        (None, Devices()),
+    )
+    for backend, devices in cases:
         config = TrainingCompilerConfig(
             backend=backend or "auto",
             debug=True,
@@ -59,4 +68,6 @@ def test_environment_doc_lists_every_variable_the_entrypoint_sets():
             scratch_dir=Path("/s"),
         )
         set_by_us |= set(env)
+        engines.add(resolve_engine(config, backend, devices))
+    assert engines == {"inductor", "torch_xla", "jax", None}
     assert set_by_us - documented == set()

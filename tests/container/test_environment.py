@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,3 +152,30 @@ def test_jax_engine_debug_dumps_hlo_into_the_compiler_dir():
 def test_jax_cache_goes_to_scratch_when_cache_is_off():
     config = TrainingCompilerConfig(backend="xla", xla_engine="jax", cache=False)
     assert env_for(config, "xla")["JAX_COMPILATION_CACHE_DIR"] == "/scratch/jax"
+
+
+@pytest.mark.slow
+def test_no_job_environment_makes_torch_xla_guess_its_device(tmp_path):
+    # With torch-xla installed, `import accelerate` (and transformers) imports it unless
+    # USE_TORCH_XLA is false, and torch-xla then logs "Defaulting to PJRT_DEVICE=CPU"
+    # when PJRT_DEVICE is unset. Every engine's environment must settle one or the other.
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TRCOMP_", "SM_"))}
+    for name in ("USE_TORCH_XLA", "PJRT_DEVICE"):
+        base.pop(name, None)
+    guessed = subprocess.run(
+        [sys.executable, "-c", "import accelerate"], env=base, capture_output=True, text=True
+    )
+    assert "Defaulting to PJRT_DEVICE" in guessed.stderr  # what a bare environment prints
+    cases = [
+        (TrainingCompilerConfig(enabled=False), None),
+        (TrainingCompilerConfig(backend="inductor"), "inductor"),
+        (TrainingCompilerConfig(backend="xla"), "xla"),
+        (TrainingCompilerConfig(backend="xla", xla_engine="jax"), "xla"),
+    ]
+    for config, backend in cases:
+        env = env_for(config, backend, base={**base, "TRCOMP_METRICS_DIR": str(tmp_path)})
+        done = subprocess.run(
+            [sys.executable, "-c", "import accelerate"], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "PJRT_DEVICE" not in done.stderr, (config, done.stderr[-2000:])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sysconfig
 import time
 from pathlib import Path
 
@@ -185,6 +186,54 @@ def test_backend_that_cannot_start_fails_with_fallback_fail(tmp_path, broken_tor
     failure = assert_single_reason((base / "output" / "failure").read_text())
     assert "xla compiler cannot start" in failure and "simulated" in failure
     assert not (base / "model" / "seen.json").exists()
+
+
+@pytest.fixture
+def without_python_headers() -> list[str]:
+    """A command prefix that runs the job where this Python's headers are not installed.
+
+    A private mount namespace with an empty tmpfs over the include dir: inductor
+    cannot compile there (torch warns "Can't find Python.h" and the compile fails),
+    as on a host with g++ but no python3-dev. Needs root (CI runs as root).
+    """
+    include = sysconfig.get_path("include")
+    hide = f'mount -t tmpfs trcomp-no-headers "{include}" && exec "$@"'
+    prefix = ["unshare", "--mount", "sh", "-c", hide, "sh"]
+    probe = subprocess.run([*prefix, "test", "!", "-e", f"{include}/Python.h"], check=False)
+    if probe.returncode != 0:
+        pytest.skip("cannot hide the Python headers: needs root and unshare(1)")
+    return prefix
+
+
+@pytest.mark.parametrize("fallback", ["eager", "fail"])
+def test_missing_python_headers_stop_cpu_inductor_before_the_script(
+    tmp_path, without_python_headers, fallback
+):
+    config = TrainingCompilerConfig(backend="inductor", fallback=fallback)
+    base = tmp_path / "job"
+    jobs.lay_out(base, config=config, entry_point="probe_env.py")
+    done = subprocess.run(
+        [*without_python_headers, *jobs.train_command()],
+        env=jobs.job_env(base),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    run = jobs.JobRun(base, done.returncode, done.stdout + done.stderr, 0)
+    reason = "Python.h"
+    fix = f"python{sysconfig.get_python_version()}-dev"
+    if fallback == "fail":
+        assert run.returncode == 69, run.output
+        failure = assert_single_reason(run.failure)
+        assert "inductor compiler cannot start" in failure
+        assert reason in failure and fix in failure
+        assert not (base / "model" / "seen.json").exists()
+    else:
+        assert run.returncode == 0, run.output
+        assert run.summary["backend"] is None
+        (warning,) = run.summary["warnings"]
+        assert reason in warning and fix in warning and "running EAGER" in warning
+        assert run.model_json("seen.json")["backend"] is None
 
 
 def test_sigterm_is_forwarded_and_the_checkpoint_survives(tmp_path):

@@ -175,14 +175,27 @@ def test_unmodified_hf_trainer_is_compiled_by_inductor(tmp_path):
     assert run.summary["ranks"][0]["steps"] == 4
 
 
-def test_unmodified_hf_trainer_under_xla_runs_or_names_the_one_line_fix(tmp_path):
+def test_unmodified_hf_trainer_under_xla_fails_with_the_one_line_fix(tmp_path):
+    # The Trainer's default optimizer is fused AdamW, which cannot step XLA tensors.
     run = jobs.run_job(
         tmp_path,
         config=TrainingCompilerConfig(backend="xla"),
         entry_point="hf_trainer.py",
         hyperparameters={"max-steps": 2},
     )
-    if run.returncode == 0:
-        assert "xla" in run.model_json("result.json")["device"]
-    else:
-        assert "optim='adamw_torch'" in (run.failure or ""), run.output
+    assert run.returncode == 1, run.output
+    failure = run.failure or ""
+    assert "`fused=True` requires all the params" in failure, run.output
+    assert "optim='adamw_torch'" in failure and "--optim adamw_torch" in failure
+
+
+def test_hf_trainer_under_xla_with_the_named_fix_trains_on_the_xla_device(tmp_path):
+    run = jobs.run_job(
+        tmp_path,
+        config=TrainingCompilerConfig(backend="xla"),
+        entry_point="hf_trainer.py",
+        hyperparameters={"max-steps": 2, "optim": "adamw_torch"},
+    )
+    assert run.returncode == 0, run.output
+    assert run.model_json("result.json")["device"].startswith("xla")
+    assert run.summary["ranks"][0]["steps"] == 2

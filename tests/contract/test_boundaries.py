@@ -115,7 +115,7 @@ def test_the_contract_imports_without_sagemaker_torch_or_the_rest_of_trcomp() ->
 # this environment with v2 (the static check below reads its source all the same).
 SDK_SKIP = ("trcomp.cli.__main__", "trcomp.v3")
 # Modules of an optional extra, checked where the extra is installed.
-NEEDS = {"trcomp._jax_state": "jax", "trcomp.runtime_jax": "jax"}
+NEEDS = {"trcomp._jax_conv": "jax", "trcomp._jax_state": "jax", "trcomp.runtime_jax": "jax"}
 
 
 def test_no_sdk_module_imports_the_container_package() -> None:

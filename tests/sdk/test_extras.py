@@ -43,3 +43,14 @@ def test_extra_names_do_not_parse_as_versions(extra: str) -> None:
     with pytest.raises(InvalidVersion):
         Version(extra)
     assert Marker(f'extra == "{extra}"').evaluate({"extra": "container"}) is (extra == "container")
+
+
+def test_the_license_is_an_spdx_expression_the_build_backend_reads() -> None:
+    # A TOML table (`{ text = ... }`) is deprecated in setuptools (unsupported from
+    # 2027-02-18); the SPDX string needs setuptools >= 77.
+    pyproject = tomllib.loads(PYPROJECT.read_text())
+    assert pyproject["project"]["license"] == "Apache-2.0"
+    (setuptools,) = [
+        Requirement(r) for r in pyproject["build-system"]["requires"] if r.startswith("setuptools")
+    ]
+    assert setuptools.specifier.contains("77") and not setuptools.specifier.contains("76.9")

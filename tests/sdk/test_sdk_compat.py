@@ -7,7 +7,9 @@ of the functions in trcomp/_sdk_compat.py.
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,10 +21,11 @@ from trcomp import PyTorch, _sdk_compat
 from trcomp.session import TELEMETRY_OPT_OUT, local_session
 
 ROOT = Path(__file__).resolve().parents[2]
-# The private SDK names _sdk_compat uses; nothing else in trcomp may name them.
+# The private SDK names trcomp._sdk_compat (v2) and trcomp.v3._sdk_compat (v3) use;
+# nothing else in trcomp may name them.
 PRIVATE = re.compile(
     r"\b(_current_job_name|_get_or_create_name|_SageMakerContainer|_prepare_training_volumes"
-    r"|_Volume|_default_bucket\w*|validate_sagemaker_config)\b"
+    r"|_Volume|_default_bucket\w*|validate_sagemaker_config|_create_training_job_args)\b"
 )
 # Any other attribute of a sagemaker module that starts with an underscore.
 SDK_PRIVATE_ATTR = re.compile(r"\bsagemaker(\.\w+)*\._[a-zA-Z]\w*")
@@ -107,6 +110,32 @@ def test_extra_training_volume(tmp_path: Path) -> None:
         inside = volumes()
     assert inside == [*before, f"{tmp_path / 'ckpt'}:/opt/ml/checkpoints"]
     assert volumes() == before
+
+
+def test_extra_training_volumes_of_two_threads_stay_apart(tmp_path: Path) -> None:
+    """Two Docker-mode fit() calls at once: each job's containers get its own mount only."""
+    session = local_session()
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    output = {"S3OutputPath": f"file://{tmp_path}/out"}
+    sdk_method = _SageMakerContainer._prepare_training_volumes
+    both_inside = threading.Barrier(2)
+    both_prepared = threading.Barrier(2)
+
+    def job(tag: str) -> list[str]:
+        container = _SageMakerContainer("local", 1, "trcomp-training:latest", session)
+        container.container_root = str(tmp_path / f"root-{tag}")
+        with _sdk_compat.extra_training_volume(str(tmp_path / tag), "/opt/ml/checkpoints"):
+            both_inside.wait(timeout=30)  # the other job is inside its block too
+            prepared = container._prepare_training_volumes(str(data_dir), [], output, {})
+            both_prepared.wait(timeout=30)
+        return [v.map for v in prepared if v.map.endswith(":/opt/ml/checkpoints")]
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first, second = pool.map(job, ["first", "second"])
+    assert first == [f"{tmp_path / 'first'}:/opt/ml/checkpoints"]
+    assert second == [f"{tmp_path / 'second'}:/opt/ml/checkpoints"]
+    assert _SageMakerContainer._prepare_training_volumes is sdk_method
 
 
 def test_validate_config_once(monkeypatch: pytest.MonkeyPatch) -> None:

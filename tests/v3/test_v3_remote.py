@@ -26,9 +26,18 @@ from sagemaker.core.helper.session_helper import Session
 from sagemaker.core.shapes import CheckpointConfig
 from sagemaker.core.training.configs import Compute, SourceCode
 from sagemaker.train.distributed import Torchrun
+from sagemaker.train.model_trainer import Mode
 
-from tests.helpers.aws import ACCOUNT, REGION, MotoServer, aws_environment, moto_server
+from tests.helpers.aws import (
+    ACCOUNT,
+    FAKE_CREDENTIALS,
+    REGION,
+    MotoServer,
+    aws_environment,
+    moto_server,
+)
 from trcomp import CompilerConfigWarning, TrainingCompilerConfig, UnsupportedJobError
+from trcomp.credentials import CredentialLeakError
 from trcomp.v3 import ModelTrainer
 
 BUCKET = "trcomp-v3-test-bucket"
@@ -81,6 +90,15 @@ def _settled_count(server: MotoServer) -> int:
             return count
         count = now
     return count
+
+
+def _stored_keys() -> set[str]:
+    """Every object key in the trainers' bucket (none: it does not exist yet)."""
+    s3 = boto3.client("s3")
+    if BUCKET not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+        return set()
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+    return {obj["Key"] for page in pages for obj in page.get("Contents", [])}
 
 
 def remote_trainer(role: str, source_dir: Path, **kwargs: Any) -> ModelTrainer:
@@ -210,3 +228,47 @@ def test_a_cpu_instance_warns_as_in_v2(aws, source_dir) -> None:
     # runs the checks from its __init__.
     assert {w.filename for w in caught if w.category is CompilerConfigWarning} == {__file__}
     assert trainer.training_image.endswith("trcomp-training:0.1.0-torch2.9.0-cpu")
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        (
+            {"environment": {"AWS_SECRET_ACCESS_KEY": "anything-at-all"}},
+            "environment variable 'AWS_SECRET_ACCESS_KEY' holds AWS credentials",
+        ),
+        (
+            {"hyperparameters": {"hub_token": FAKE_CREDENTIALS["AWS_SESSION_TOKEN"]}},
+            "hyperparameter 'hub_token' holds AWS credentials",
+        ),
+        (
+            {"environment": {"KEYS": f"id={FAKE_CREDENTIALS['AWS_ACCESS_KEY_ID']}"}},
+            "environment variable 'KEYS' holds AWS credentials",
+        ),
+    ],
+)
+def test_the_callers_credentials_are_refused_before_anything_is_sent(
+    aws, source_dir, options, match
+) -> None:
+    server, role = aws
+    trainer = remote_trainer(role, source_dir, **options)
+    jobs = len(server.json_requests("CreateTrainingJob"))
+    stored = _stored_keys()
+    with pytest.raises(CredentialLeakError, match=match) as info:
+        trainer.train(wait=False, logs=False)
+    assert not any(secret in str(info.value) for secret in FAKE_CREDENTIALS.values())
+    assert len(server.json_requests("CreateTrainingJob")) == jobs
+    assert _stored_keys() == stored  # nothing uploaded either
+
+
+def test_local_container_jobs_keep_their_environment(source_dir, tmp_path, clean_sdk_env) -> None:
+    # The refusal is for what SageMaker stores; a local container job stays on this machine.
+    trainer = ModelTrainer(
+        source_code=SourceCode(source_dir=str(source_dir), entry_script="loop.py"),
+        compute=Compute(instance_type="local_cpu", instance_count=1),
+        training_mode=Mode.LOCAL_CONTAINER,
+        local_container_root=str(tmp_path / "root"),
+        environment={"AWS_SECRET_ACCESS_KEY": "local-only-value"},
+        compiler_config=INDUCTOR,
+    )
+    assert trainer.train(dry_run=True) is None

@@ -9,8 +9,9 @@ the checkpoint path of every container of the job, as process mode links it:
 a second job starts from the first one's checkpoints and warm compile caches.
 
 The SDK has no public way to add a volume; :func:`trcomp._sdk_compat.extra_training_volume`
-adds the mount for the duration of one ``fit()``, and the Docker run mode hands
-the SDK neither setting (:class:`~trcomp.jobspec.SdkView`).
+adds the mount to the containers of the ``fit()`` that opened it (two ``fit()``
+calls in two threads each get their own), and the Docker run mode hands the SDK
+neither setting (:class:`~trcomp.jobspec.SdkView`).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ gets SIGTERM from the kernel (parent-death signal) and stops itself.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -43,7 +44,14 @@ from trcomp.local.job_checks import check_local_job, claim_job_dir
 if TYPE_CHECKING:
     from sagemaker.estimator import EstimatorBase
 
-__all__ = ["ProcessJob", "ProcessJobFailed", "plan_process_job", "run_process_job"]
+__all__ = [
+    "CONTAINER_MODULES",
+    "ProcessJob",
+    "ProcessJobFailed",
+    "check_container_installed",
+    "plan_process_job",
+    "run_process_job",
+]
 
 TRAINING_MODULE = "trcomp_container.training:main"
 # What the toolkit's console script `train` runs, with this interpreter.
@@ -122,6 +130,27 @@ class ProcessJob:
     wall_s: float = 0.0
 
 
+# What the job imports in this Python: the toolkit (`train`) and torch, both from the
+# container extra. Checked by name only (find_spec): importing torch takes seconds.
+CONTAINER_MODULES = ("sagemaker_training", "torch")
+
+
+def check_container_installed() -> None:
+    """Refuse a process-mode job when this Python lacks the container extra.
+
+    Process mode runs the image's entrypoint in ``sys.executable``; without the
+    toolkit or torch the job would die in ``train`` with no failure file.
+    """
+    missing = [name for name in CONTAINER_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise LocalModeError(
+            f"instance_type='local_process' runs the job in this Python ({sys.executable}), "
+            f"which does not have {' or '.join(missing)} (trcomp's container extra): "
+            'install it with pip install "trcomp[container]", or run the job in Docker '
+            "(instance_type='local') or on SageMaker"
+        )
+
+
 def _local_path(uri: str, what: str) -> Path:
     path = local_path(uri)
     if path is not None:
@@ -141,6 +170,7 @@ def plan_process_job(
     keyword arguments for ``lay_out_tree``. ``estimator`` gives the job's
     hyperparameters and job names, as the SDK makes them.
     """
+    check_container_installed()
     if spec.instance_count != 1:
         raise LocalModeError(
             "process mode runs one instance; for instance_count > 1 use Docker local mode "

@@ -28,6 +28,7 @@ from trcomp.checkpoints import checkpoint_environment, default_checkpoint_locati
 from trcomp.config import TrainingCompilerConfig
 from trcomp.contract.errors import TrcompError, UnsupportedJobError
 from trcomp.contract.proctree import outer_grace_s
+from trcomp.credentials import check_no_credentials, credential_values
 from trcomp.image.uris import (
     DEFAULT_FRAMEWORK_VERSION,
     device_for_instance,
@@ -35,6 +36,7 @@ from trcomp.image.uris import (
     remote_image_uri,
 )
 from trcomp.v3 import adapter
+from trcomp.v3._sdk_compat import BuildRequest, TrainingRequestHook
 from trcomp.validation import validate_job
 
 __all__ = ["LOCAL_CACHE_DIR", "ModelTrainer"]
@@ -45,7 +47,7 @@ LOCAL_CACHE_DIR = "trcomp-checkpoints"
 """Local container mode: the checkpoint (and compile cache) dir under local_container_root."""
 
 
-class ModelTrainer(_V3ModelTrainer):  # type: ignore[misc]
+class ModelTrainer(TrainingRequestHook, _V3ModelTrainer):  # type: ignore[misc]
     """``sagemaker.train.ModelTrainer`` with ``compiler_config=`` and trcomp's image.
 
     ``source_code`` must name a ``source_dir`` and an ``entry_script``; the
@@ -185,13 +187,19 @@ class ModelTrainer(_V3ModelTrainer):  # type: ignore[misc]
         adapter.encode_like_v3(merged)  # SageMaker's limits, before anything is uploaded
         return merged
 
-    def _create_training_job_args(
-        self, input_data_config: list[Any] | None = None, boto3: bool = False
+    def trcomp_training_request(
+        self, input_data_config: list[Any], build: BuildRequest
     ) -> dict[str, Any]:
-        """v3's request, built as if the job had no source_code: the image's entrypoint runs."""
+        """v3's request, built as if the job had no source_code: the image's entrypoint runs.
+
+        ``build`` is v3's own request builder (see :mod:`trcomp.v3._sdk_compat`); v3's
+        ``train()`` sends what this returns. A remote job whose hyperparameters or
+        environment carry the caller's AWS credentials is refused here, before
+        anything is uploaded.
+        """
         source = self.source_code
         assert source is not None
-        channels = list(input_data_config or [])
+        channels = list(input_data_config)
         taken = {c.channel_name for c in [*(self.input_data_config or []), *channels]}
         for reserved in (adapter.CODE_CHANNEL, adapter.CACHE_CHANNEL):
             if reserved in taken:
@@ -204,6 +212,11 @@ class ModelTrainer(_V3ModelTrainer):  # type: ignore[misc]
         environment.update(
             adapter.launch_environment(getattr(distributed, "process_count_per_node", None))
         )
+        hyperparameters = self.trcomp_hyperparameters()
+        if not self._is_local():
+            # v3 sets sagemaker_session for SageMaker jobs when the trainer is built.
+            secrets = credential_values(self.sagemaker_session)
+            check_no_credentials(hyperparameters, environment, secrets)
         with _code_channel(source, local=self._is_local()) as code:
             channels.append(code)
             if self._is_local() and self._cache_on():
@@ -216,7 +229,7 @@ class ModelTrainer(_V3ModelTrainer):  # type: ignore[misc]
             elif not self._is_local():
                 self._remote_checkpoints(environment)
             plain = {
-                "hyperparameters": self.trcomp_hyperparameters(),
+                "hyperparameters": hyperparameters,
                 "environment": environment,
                 "source_code": None,
                 "distributed": None,
@@ -224,7 +237,7 @@ class ModelTrainer(_V3ModelTrainer):  # type: ignore[misc]
             saved = {name: getattr(self, name) for name in plain}
             try:
                 self._assign(**plain)
-                return dict(super()._create_training_job_args(channels, boto3))
+                return build(channels)
             finally:
                 self._assign(**saved)
 

@@ -32,6 +32,7 @@ class RandomTokens(torch.utils.data.Dataset):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--max-steps", type=int, default=6)
+    parser.add_argument("--optim", default=TrainingArguments.optim)
     parser.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR", "model"))
     args = parser.parse_args()
 
@@ -59,6 +60,7 @@ def main() -> None:
         save_strategy="no",
         report_to=[],
         dataloader_num_workers=0,
+        optim=args.optim,
     )
     trainer = Trainer(model=model, args=training_args, train_dataset=RandomTokens(64, 16, 128))
     result = trainer.train()

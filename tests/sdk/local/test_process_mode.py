@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
+import subprocess
+import sys
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -133,13 +137,34 @@ def test_bad_process_jobs_fail_before_anything_is_created(
     assert not (project / "out").exists()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only directory")
+@contextlib.contextmanager
+def read_only_dir(path: Path) -> Iterator[Path]:
+    """A directory this process cannot write into, root included.
+
+    Root ignores permission bits, so as root the directory is made immutable
+    (``chattr +i``: even root gets EPERM creating a file in it).
+    """
+    path.mkdir(mode=0o500)
+    if os.geteuid() != 0:
+        yield path
+        return
+    done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"root, and chattr +i failed on {path}: {done.stderr.strip()}")
+    try:
+        with pytest.raises(PermissionError):
+            (path / "probe").touch()  # the test below means something only if this holds
+        yield path
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
 def test_read_only_output_path_is_refused_before_the_job(project, role) -> None:
-    locked = project / "locked"
-    locked.mkdir(mode=0o500)
-    est = estimator(project, role, output_path=f"file://{locked / 'out'}")
-    with pytest.raises(LocalModeError, match="is not writable"):
-        est.fit()
+    with read_only_dir(project / "locked") as locked:
+        est = estimator(project, role, output_path=f"file://{locked / 'out'}")
+        with pytest.raises(LocalModeError, match="is not writable"):
+            est.fit()
+        assert not list(locked.iterdir())
 
 
 @pytest.mark.slow
@@ -252,3 +277,61 @@ def test_a_plain_loop_compiles_in_process_mode_with_no_code_change(tmp_path: Pat
     assert summary["backend"] == "inductor" and summary["metrics"]["graphs_compiled"] >= 1
     assert summary["compiled"] == "TinyLM (by trcomp, no code change); 1 graph"
     assert summary["speedup"]["speedup_vs_eager"] > 0
+
+
+# A process-mode job in a Python that has trcomp[sdk-v2] but not trcomp[container].
+SDK_ONLY_JOB = """
+import sys
+from trcomp import LocalModeError, PyTorch
+assert "torch" not in sys.modules
+try:
+    PyTorch(
+        entry_point="train.py", source_dir=sys.argv[1], role=sys.argv[2],
+        instance_type="local_process", instance_count=1, output_path="file://" + sys.argv[3],
+    ).fit()
+except LocalModeError as error:
+    print("REFUSED", error)
+"""
+
+
+def _site_packages_without(tmp_path: Path, hidden: tuple[str, ...]) -> Path:
+    """This environment's site-packages, as links, minus the distributions ``hidden``."""
+    import sagemaker
+
+    site = Path(sagemaker.__file__).resolve().parents[1]
+    shadow = tmp_path / "site-packages"
+    shadow.mkdir()
+    for entry in site.iterdir():
+        if not entry.name.lower().startswith(hidden) and entry.suffix != ".pth":
+            (shadow / entry.name).symlink_to(entry)
+    return shadow
+
+
+@pytest.mark.parametrize(
+    ("hidden", "named"),
+    [(("torch", "functorch"), "torch"), (("sagemaker_training",), "sagemaker_training")],
+)
+def test_process_mode_without_the_container_extra_says_what_to_install(
+    project, role, tmp_path, hidden, named
+) -> None:
+    root = Path(__file__).resolve().parents[3]
+    shadow = _site_packages_without(tmp_path, hidden)
+    env = {
+        **os.environ,
+        # -S: no site-packages of this venv, only the shadow copy and the worktree.
+        "PYTHONPATH": os.pathsep.join([str(shadow), str(root / "sdk"), str(root / "container")]),
+        "SAGEMAKER_SUPPRESS_V2_WARNING": "1",
+    }
+    args = [str(project / "src"), role, str(project / "out")]
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", SDK_ONLY_JOB, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (refusal,) = [line for line in done.stdout.splitlines() if line.startswith("REFUSED")]
+    assert f"does not have {named}" in refusal
+    assert 'pip install "trcomp[container]"' in refusal
+    assert not (project / "out").exists()  # refused before anything was created
