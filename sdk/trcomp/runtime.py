@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trcomp.contract.keys import CONFIG_ENV
+from trcomp.contract.regions import compile_regions
 from trcomp.contract.runtime_config import RuntimeConfig
 
 if TYPE_CHECKING:
@@ -129,12 +130,23 @@ def compile_kwargs(config: RuntimeConfig | Mapping[str, Any]) -> dict[str, Any]:
 def compile(model: torch.nn.Module) -> torch.nn.Module:
     """``torch.compile`` under inductor with the config's options; the model itself otherwise.
 
+    Regional compilation (``regional``, on unless set to False): a model with
+    repeated blocks (the children of an ``nn.ModuleList``/``nn.Sequential`` that
+    share one class, as in every transformer) gets each block compiled in place
+    and is returned itself, so all blocks share one compiled graph
+    (:mod:`trcomp.contract.regions`); a model without them is compiled whole.
     Under xla the model is returned as is: torch-xla traces and compiles lazily.
     Only options that differ from torch.compile's defaults are passed; see
     :func:`compile_kwargs` for how ``inductor_options`` apply.
     """
     if backend() != "inductor":
         return model
+    config = resolved_config()
+    if config.compiles_regionally:
+        import torch
+
+        if compile_regions(model, torch, compile_kwargs(config)):
+            return model
     compiled: torch.nn.Module = _torch_compile(model)
     return compiled
 

@@ -41,7 +41,7 @@ InductorValue = bool | int | float | str
 _XLA_FLAG = re.compile(r"--xla_[a-z0-9_]+(=\S+)?")
 _INDUCTOR_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 # Fields added after the first release: left out of the hyperparameters at their default.
-_NEWER_FIELDS = ("xla_engine", "auto_compile", "keep_faster")
+_NEWER_FIELDS = ("xla_engine", "auto_compile", "keep_faster", "regional")
 # Values echoed in error messages are cut to this many characters.
 _SHOWN_CHARS = 80
 
@@ -152,6 +152,17 @@ class TrainingCompilerConfig(BaseModel):
         "only). Inductor only.",
     )
 
+    regional: bool | None = Field(
+        default=None,
+        description="Regional compilation: compile a model's repeated block (GPT2Block, "
+        "BertLayer, TransformerEncoderLayer: the children of an nn.ModuleList or "
+        "nn.Sequential that share one class) once and reuse it for every layer, instead of "
+        "the whole model, so the cold compile does not grow with the number of layers. "
+        "Applies to the zero-code path, trcomp.runtime.compile and HF Trainer/Accelerate "
+        "(env `ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION`); a model without repeated "
+        "blocks is compiled whole. None: on. False: whole-model compile. Inductor only.",
+    )
+
     @field_validator("xla_flags")
     @classmethod
     def _check_xla_flags(cls, flags: list[str]) -> list[str]:
@@ -183,6 +194,7 @@ class TrainingCompilerConfig(BaseModel):
                 "dynamic": self.dynamic is not None,
                 "inductor_options": bool(self.inductor_options),
                 "keep_faster": self.keep_faster is not None,
+                "regional": self.regional is not None,
             }
             bad = [name for name, is_set in inductor_only.items() if is_set]
             if bad:

@@ -60,6 +60,7 @@ class RuntimeConfig(BaseModel):
     xla_engine: XlaEngine = "auto"
     auto_compile: bool = True
     keep_faster: bool | None = None
+    regional: bool | None = None
     requested_backend: Backend = Field(
         default="auto", description="The config's backend, before `auto` was resolved."
     )
@@ -83,6 +84,14 @@ class RuntimeConfig(BaseModel):
         if self.keep_faster is not None:
             return self.keep_faster
         return self.requested_backend == "auto"
+
+    @property
+    def compiles_regionally(self) -> bool:
+        """Whether models with repeated blocks are compiled block by block (``regional``).
+
+        ``regional`` when set; None means on (see docs/configuration.md for the measurement).
+        """
+        return self.regional is not False
 
     def compile_kwargs(self) -> dict[str, Any]:
         """The ``torch.compile`` arguments: only what differs from its defaults (pure)."""
