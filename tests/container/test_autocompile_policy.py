@@ -91,3 +91,91 @@ def test_after_remove_new_modules_are_not_compiled(policy):
     policy.remove()
     nn.Linear(4, 4)(torch.randn(2, 4))
     assert policy.compiled == [] and not policy.active
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(8)
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return x + self.proj(self.norm(x))
+
+
+class Blocks(nn.Module):
+    def __init__(self, layers: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Linear(4, 8)
+        self.layers = nn.ModuleList(Block() for _ in range(layers))
+
+    def forward(self, x):
+        x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_a_model_with_repeated_blocks_gets_each_block_compiled(policy):
+    from torch._dynamo.utils import counters
+
+    model = Blocks(4)
+    for _ in range(3):
+        model(torch.randn(2, 4)).sum().backward()
+    (entry,) = policy.compiled
+    assert entry.name == "Blocks" and entry.regional == "4 x Block" and entry.failed is None
+    assert model._compiled_call_impl is None
+    assert all(layer._compiled_call_impl is not None for layer in model.layers)
+    assert graphs() == 1  # four blocks, one graph
+    captured = counters["stats"]["calls_captured"]
+    assert 0 < captured <= 5  # one block's calls (norm, linear, add), not four blocks'
+
+
+def test_regional_false_compiles_the_whole_model():
+    torch._dynamo.reset()
+    hooks = autocompile.AutoCompile(
+        torch, compile_kwargs={"backend": "eager"}, fallback_eager=True, regional=False
+    )
+    hooks.install()
+    try:
+        model = Blocks(4)
+        for _ in range(2):
+            model(torch.randn(2, 4)).sum().backward()
+    finally:
+        hooks.remove()
+        torch._dynamo.reset()
+    (entry,) = hooks.compiled
+    assert entry.regional is None and model._compiled_call_impl is not None
+    assert all(layer._compiled_call_impl is None for layer in model.layers)
+
+
+def test_a_model_whose_blocks_the_script_compiled_is_not_compiled_again(policy):
+    from trcomp.contract import regions
+
+    model = Blocks(3)
+    regions.compile_regions(model, torch, {"backend": "eager"})  # trcomp.runtime.compile
+    model(torch.randn(2, 4)).sum().backward()
+    assert policy.compiled == [] and policy.script_compiled == ["Blocks"]
+    assert model._compiled_call_impl is None
+
+
+def test_a_failing_block_runs_eager_and_the_entry_says_why(policy):
+    class Broken(Block):
+        def forward(self, x):
+            torch._dynamo.graph_break()
+            return super().forward(x)
+
+    model = Blocks(2)
+    model.layers = nn.ModuleList(Broken() for _ in range(2))
+    hooks = autocompile.AutoCompile(
+        torch, compile_kwargs={"backend": "eager", "fullgraph": True}, fallback_eager=True
+    )
+    policy.remove()
+    hooks.install()
+    try:
+        for _ in range(2):
+            model(torch.randn(2, 4)).sum().backward()
+    finally:
+        hooks.remove()
+    (entry,) = hooks.compiled
+    assert entry.regional == "2 x Broken" and entry.failed and "Unsupported" in entry.failed
