@@ -41,6 +41,8 @@ def compiled_text(records: Sequence[Record], backend: str | None) -> str:
     parts = []
     for entry in auto.get("modules", []):
         how = "by trcomp, no code change" if not entry.get("failed") else "failed, ran eager"
+        if entry.get("regional"):
+            how += f", regional: {entry['regional']}"
         parts.append(f"{entry['module']} ({how})")
     parts.extend(f"{name} (by the script)" for name in auto.get("script_compiled", []))
     who = ", ".join(parts) if parts else None

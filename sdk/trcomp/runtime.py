@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trcomp.contract import regions
 from trcomp.contract.keys import CONFIG_ENV
 from trcomp.contract.runtime_config import RuntimeConfig
 
@@ -129,12 +130,26 @@ def compile_kwargs(config: RuntimeConfig | Mapping[str, Any]) -> dict[str, Any]:
 def compile(model: torch.nn.Module) -> torch.nn.Module:
     """``torch.compile`` under inductor with the config's options; the model itself otherwise.
 
+    Regional compilation (``regional``, on unless set to False): a model with
+    repeated blocks (the children of an ``nn.ModuleList``/``nn.Sequential`` that
+    share one class, as in every transformer) has them marked as nested compile
+    regions and is compiled in place, as ``nn.Module.compile`` does, and returned
+    itself: dynamo traces one block for all layers (:mod:`trcomp.contract.regions`).
+    A model without them is returned as ``torch.compile(model)``.
     Under xla the model is returned as is: torch-xla traces and compiles lazily.
     Only options that differ from torch.compile's defaults are passed; see
     :func:`compile_kwargs` for how ``inductor_options`` apply.
     """
     if backend() != "inductor":
         return model
+    config = resolved_config()
+    if config.compiles_regionally:
+        import torch
+
+        if regions.repeated_blocks(model, torch):
+            call = regions.RegionalCall(model, torch, compile_kwargs(config), regional=True)
+            model._compiled_call_impl = call
+            return model
     compiled: torch.nn.Module = _torch_compile(model)
     return compiled
 

@@ -36,6 +36,7 @@ class BackendSpec:
     compiler: str  # "eager" (compiler off), "inductor" or "xla"
     mode: str = "default"
     engine: str | None = None  # "jax": backend="xla" on the jax engine (torchax)
+    regional: bool | None = None  # the config's regional (None: its default)
 
 
 BACKENDS: dict[str, BackendSpec] = {
@@ -44,6 +45,9 @@ BACKENDS: dict[str, BackendSpec] = {
         BackendSpec("eager", "eager"),
         BackendSpec("inductor", "inductor"),
         BackendSpec("inductor-max-autotune", "inductor", "max-autotune"),
+        # The regional-compilation row set: repeated blocks compiled once, or the whole model.
+        BackendSpec("inductor-regional", "inductor", regional=True),
+        BackendSpec("inductor-whole", "inductor", regional=False),
         BackendSpec("xla", "xla"),
         BackendSpec("jax", "xla", engine="jax"),
     )
@@ -88,7 +92,13 @@ def backend_env(name: str, cache_dir: Path, base: Mapping[str, str]) -> dict[str
         env.pop("PJRT_DEVICE", None)
         if spec.compiler == "inductor":
             config = RuntimeConfig.model_validate(
-                {"enabled": True, "backend": "inductor", "engine": "inductor", "mode": spec.mode}
+                {
+                    "enabled": True,
+                    "backend": "inductor",
+                    "engine": "inductor",
+                    "mode": spec.mode,
+                    "regional": spec.regional,
+                }
             )
         env.update(inductor.cache_environment(cache_dir))
     env.update(config.to_env())

@@ -45,7 +45,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backends",
         type=_csv,
         default=None,
-        help="comma-separated: eager, inductor, inductor-max-autotune, xla "
+        help="comma-separated: eager, inductor, inductor-max-autotune, inductor-regional, "
+        "inductor-whole, xla, jax "
         "(default: eager,inductor and xla where torch-xla is installed)",
     )
     what.add_argument(

@@ -76,11 +76,32 @@ def _pick(size: str, tiny: Any, small: Any) -> Any:
 
 
 def _gpt2(batch_size: int, size: str) -> tuple[Any, BatchFn]:
+    layers, width, vocab, seq = _pick(size, (1, 32, 256, 16), (2, 128, 2048, 64))
+    return _gpt2_model(batch_size, layers, width, vocab, seq)
+
+
+def _gpt2_layers(layers: int) -> Callable[[int, str], tuple[Any, BatchFn]]:
+    """GPT-2 with ``layers`` blocks, trained as HF Trainer does (no KV cache).
+
+    For the regional-compilation rows: with the cache on, each block updates its own
+    layer of the cache, so dynamo compiles every block apart and nothing is reused.
+    """
+
+    def build(batch_size: int, size: str) -> tuple[Any, BatchFn]:
+        width, vocab, seq = _pick(size, (32, 256, 16), (64, 1024, 64))
+        return _gpt2_model(batch_size, layers, width, vocab, seq, use_cache=False)
+
+    return build
+
+
+def _gpt2_model(
+    batch_size: int, layers: int, width: int, vocab: int, seq: int, *, use_cache: bool = True
+) -> tuple[Any, BatchFn]:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    layers, width, vocab, seq = _pick(size, (1, 32, 256, 16), (2, 128, 2048, 64))
     config = GPT2Config(
+        use_cache=use_cache,
         n_layer=layers,
         n_head=4,
         n_embd=width,
@@ -186,6 +207,8 @@ WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
         Workload("gpt2", "GPT-2-style causal LM (transformers, random init)", _gpt2, 8),
+        Workload("gpt2-2l", "GPT-2 with 2 blocks, no KV cache (regional rows)", _gpt2_layers(2), 8),
+        Workload("gpt2-8l", "GPT-2 with 8 blocks, no KV cache (regional rows)", _gpt2_layers(8), 8),
         Workload("bert", "BERT-style sequence classifier (transformers)", _bert, 8),
         Workload("mlp", "plain PyTorch MLP classifier", _mlp, 64),
         Workload("cnn", "plain PyTorch CNN classifier (conv, batch norm)", _cnn, 32),

@@ -79,6 +79,27 @@ def test_a_plain_loop_is_compiled_with_no_code_change(run, backend):
     assert close(losses(job), losses(run("plain", OFF)))
 
 
+def test_a_model_with_repeated_blocks_is_compiled_with_one_region_for_its_blocks(run):
+    # Regional compilation is on by default: four encoder layers, one region traced once, one graph.
+    job = run("plain", TrainingCompilerConfig(backend="inductor"), layers=4)
+    summary = job.summary
+    (module,) = summary["ranks"][0]["autocompile"]["modules"]
+    assert module["regional"] == "4 x TransformerEncoderLayer" and module["failed"] is None
+    assert summary["compiled"] == (
+        "TinyLM (by trcomp, no code change, regional: 4 x TransformerEncoderLayer); 1 graph"
+    )
+    assert summary["metrics"]["graphs_compiled"] == 1
+    assert close(losses(job), losses(run("plain", OFF, layers=4)))
+
+
+def test_regional_false_compiles_the_whole_model(run):
+    job = run("plain", TrainingCompilerConfig(backend="inductor", regional=False), layers=4)
+    (module,) = job.summary["ranks"][0]["autocompile"]["modules"]
+    assert module["regional"] is None
+    assert job.summary["compiled"] == "TinyLM (by trcomp, no code change); 1 graph"
+    assert close(losses(job), losses(run("plain", OFF, layers=4)))
+
+
 def test_every_inductor_job_measures_its_speedup_over_eager(run):
     summary = run("plain", TrainingCompilerConfig(backend="auto")).summary
     speedup = summary["speedup"]

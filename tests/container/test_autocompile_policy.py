@@ -91,3 +91,109 @@ def test_after_remove_new_modules_are_not_compiled(policy):
     policy.remove()
     nn.Linear(4, 4)(torch.randn(2, 4))
     assert policy.compiled == [] and not policy.active
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(8)
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return x + self.proj(self.norm(x))
+
+
+class Blocks(nn.Module):
+    def __init__(self, layers: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Linear(4, 8)
+        self.layers = nn.ModuleList(Block() for _ in range(layers))
+
+    def forward(self, x):
+        x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def regional_hooks(regional: bool = True, **kwargs) -> autocompile.AutoCompile:
+    # aot_eager: dynamo's eager backend cannot run a nested region's backward.
+    torch._dynamo.reset()
+    hooks = autocompile.AutoCompile(
+        torch, compile_kwargs={"backend": "aot_eager", **kwargs}, fallback_eager=True,
+        regional=regional,
+    )  # fmt: skip
+    hooks.install()
+    return hooks
+
+
+def train_blocks(hooks: autocompile.AutoCompile, model: nn.Module, steps: int = 3) -> None:
+    try:
+        for _ in range(steps):
+            model(torch.randn(2, 4)).sum().backward()
+    finally:
+        hooks.remove()
+        torch._dynamo.reset()
+
+
+def test_a_model_with_repeated_blocks_is_compiled_with_its_blocks_as_regions(policy):
+    policy.remove()
+    hooks = regional_hooks()
+    model = Blocks(4)
+    train_blocks(hooks, model)
+    (entry,) = hooks.compiled
+    assert entry.name == "Blocks" and entry.regional == "4 x Block" and entry.failed is None
+    assert entry.as_dict()["regional"] == "4 x Block" and entry.as_dict()["regional_off"] is None
+    assert model._compiled_call_impl is not None  # the model, compiled in place
+    assert all("forward" in vars(layer) for layer in model.layers)  # each block marked
+    assert graphs() == 1
+
+
+def test_regional_false_compiles_the_whole_model(policy):
+    policy.remove()
+    hooks = regional_hooks(regional=False)
+    model = Blocks(4)
+    train_blocks(hooks, model, steps=2)
+    (entry,) = hooks.compiled
+    assert entry.regional is None and model._compiled_call_impl is not None
+    assert all("forward" not in vars(layer) for layer in model.layers)
+
+
+def test_a_model_whose_blocks_the_script_compiled_is_not_compiled_again(policy):
+    model = Blocks(3)
+    for layer in model.layers:  # Accelerate's regional compilation: each block on its own
+        layer.compile(backend="eager")
+    model(torch.randn(2, 4)).sum().backward()
+    assert policy.compiled == [] and policy.script_compiled == ["Blocks"]
+    assert model._compiled_call_impl is None
+
+
+def test_a_block_with_a_graph_break_leaves_regions_off_and_the_entry_says_why(policy):
+    class Broken(Block):
+        def forward(self, x):
+            torch._dynamo.graph_break()
+            return super().forward(x)
+
+    policy.remove()
+    hooks = regional_hooks()
+    model = Blocks(2)
+    model.layers = nn.ModuleList(Broken() for _ in range(2))
+    train_blocks(hooks, model, steps=2)
+    (entry,) = hooks.compiled
+    assert entry.regional is None and entry.failed is None  # compiled whole
+    assert "UncapturedHigherOrderOpError" in entry.as_dict()["regional_off"]
+
+
+def test_a_block_that_fails_whole_too_runs_eager_and_the_entry_says_why(policy):
+    class Broken(Block):
+        def forward(self, x):
+            torch._dynamo.graph_break()
+            return super().forward(x)
+
+    policy.remove()
+    hooks = regional_hooks(fullgraph=True)
+    model = Blocks(2)
+    model.layers = nn.ModuleList(Broken() for _ in range(2))
+    train_blocks(hooks, model, steps=2)
+    (entry,) = hooks.compiled
+    assert entry.failed and "Unsupported" in entry.failed

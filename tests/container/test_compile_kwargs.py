@@ -165,3 +165,55 @@ def test_accelerate_compiles_with_the_jobs_settings(
     assert seen["type"] == "OptimizedModule"
     # inductor_options reach the compiler through the hook, not torch.compile's options=.
     assert seen["epilogue_fusion"] is (config.inductor_options.get("epilogue_fusion", True))
+
+
+# Accelerator().prepare on a GPT-2 built from a config: which modules Accelerate compiled.
+ACCELERATE_GPT2_SCRIPT = """
+import json, torch
+from transformers import GPT2Config, GPT2LMHeadModel
+from accelerate import Accelerator
+config = GPT2Config(n_layer=3, n_embd=16, n_head=2, n_positions=16, vocab_size=32,
+                    bos_token_id=31, eos_token_id=31)
+model = Accelerator().prepare(GPT2LMHeadModel(config))
+compiled = torch._dynamo.eval_frame.OptimizedModule
+print(json.dumps({
+    "type": type(model).__name__,
+    "blocks": [type(block).__name__ for block in model.transformer.h],
+    "inner": [type(block._orig_mod).__name__ for block in model.transformer.h
+              if isinstance(block, compiled)],
+}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("regional", [True, None])
+def test_accelerate_compiles_the_repeated_blocks_when_regional_is_true(
+    tmp_path: Path, regional: bool | None
+) -> None:
+    config = TrainingCompilerConfig(backend="inductor", regional=regional)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(_JOB_PREFIXES)}
+    env = build_environment(
+        config=config,
+        backend="inductor",
+        devices=Devices(),
+        paths=JobPaths.under(tmp_path / "opt-ml"),
+        base_env=base,
+        metrics_dir=tmp_path / "ranks",
+        scratch_dir=tmp_path / "scratch",
+    )
+    assert ("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION" in env) is (regional is True)
+    done = subprocess.run(
+        [sys.executable, "-c", ACCELERATE_GPT2_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    if regional:
+        # Accelerate's compile_regions: the model keeps its class, each block is compiled.
+        assert seen["type"] == "GPT2LMHeadModel"
+        assert seen["blocks"] == ["OptimizedModule"] * 3 and seen["inner"] == ["GPT2Block"] * 3
+    else:
+        assert seen["type"] == "OptimizedModule" and seen["blocks"] == ["GPT2Block"] * 3

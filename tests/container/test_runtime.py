@@ -104,3 +104,21 @@ def test_compile_step_is_torch_compile_under_inductor_and_the_function_otherwise
     config_env(enabled=True, backend="xla", engine="torch_xla")
     assert runtime.compile_step(step) is step and runtime.engine() == "torch_xla"
     assert float(step(torch.ones(2))) == 4.0
+
+
+@pytest.mark.parametrize("regional", [None, False])
+def test_compile_marks_repeated_blocks_and_compiles_in_place_unless_regional_is_false(
+    config_env, regional
+):
+    import torch
+
+    config_env(enabled=True, backend="inductor", regional=regional)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 3, enable_nested_tensor=False)
+    compiled = runtime.compile(model)
+    marked = ["forward" in vars(block) for block in model.layers]
+    if regional is None:
+        assert compiled is model and marked == [True] * 3
+        assert model._compiled_call_impl.describe() == "3 x TransformerEncoderLayer"
+    else:
+        assert type(compiled).__name__ == "OptimizedModule" and marked == [False] * 3

@@ -38,6 +38,10 @@ def environment(config: TrainingCompilerConfig) -> dict[str, str]:
         env["ACCELERATE_DYNAMO_USE_FULLGRAPH"] = "True"
     if config.dynamic is not None:
         env["ACCELERATE_DYNAMO_USE_DYNAMIC"] = str(config.dynamic)
+    if config.regional:
+        # Accelerate compiles each repeated block (and each other leaf) on its own;
+        # only when asked: its steady step was slower than the whole model's (docs/benchmarks.md).
+        env["ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION"] = "True"
     if config.inductor_options:
         env[INDUCTOR_OPTIONS_ENV] = json.dumps(config.inductor_options, sort_keys=True)
     return env

@@ -11,6 +11,12 @@ fullgraph and dynamic), each **outermost** module called
 - that the script has not compiled itself (``torch.compile(model)``,
   ``model.compile()``, ``trcomp.runtime.compile``, HF Trainer/Accelerate).
 
+With ``regional`` (the default) a module's repeated blocks (the children of
+an ``nn.ModuleList``/``nn.Sequential`` sharing one class, as in every
+transformer) are marked as nested compile regions first, so dynamo traces one
+block and reuses it for every layer and the cold compile does not grow with
+the layers; the module is still one graph (``trcomp.contract.regions``).
+
 A frozen teacher in ``eval()`` or under ``torch.no_grad()``, a loss module
 without parameters and anything called inside another module are left as they
 are. The first step runs eager; the compiled module runs from its next call.
@@ -21,7 +27,8 @@ A module whose compilation fails (dynamo cannot trace it, the backend fails)
 runs eager from then on when ``fallback="eager"``; the reason is kept for the
 summary. With ``fallback="fail"`` the error propagates.
 
-Standard library only at import; torch is imported by the caller's callbacks.
+Standard library and ``trcomp.contract`` only at import; torch is imported by the
+caller's callbacks.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from trcomp.contract.regions import RegionalCall
 
 __all__ = ["AutoCompile", "CompiledModule", "candidate_reason", "module_signature"]
 
@@ -46,9 +55,21 @@ class CompiledModule:
     name: str
     parameters: int
     failed: str | None = None
+    call: RegionalCall | None = None
+
+    @property
+    def regional(self) -> str | None:
+        """The repeated blocks compiled once for all layers, e.g. ``"12 x GPT2Block"``."""
+        return None if self.call is None else self.call.describe()
 
     def as_dict(self) -> dict[str, Any]:
-        return {"module": self.name, "parameters": self.parameters, "failed": self.failed}
+        return {
+            "module": self.name,
+            "parameters": self.parameters,
+            "failed": self.failed,
+            "regional": self.regional,
+            "regional_off": None if self.call is None else self.call.unmarked,
+        }
 
 
 def module_signature(module: Any) -> str:
@@ -78,17 +99,15 @@ def _script_compiled(module: Any, torch: Any) -> bool:
     if optimized is not None and isinstance(module, optimized):
         return True
     # Module.compile() keeps its compiled callable here (torch 2.2 to 2.9 at least;
-    # tests/container/test_autocompile.py fails if torch renames it).
-    return getattr(module, "_compiled_call_impl", None) is not None
-
-
-def _entered(module: Any) -> Callable[..., Any]:
-    """The module's call (hooks included) as a function of this file, for torch.compile."""
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return module._call_impl(*args, **kwargs)
-
-    return call
+    # tests/container/test_autocompile.py fails if torch renames it). A submodule
+    # compiled by the script (regional compilation by trcomp.runtime or Accelerate)
+    # counts too: the model is the script's business then.
+    for sub in module.modules():
+        if getattr(sub, "_compiled_call_impl", None) is not None:
+            return True
+        if optimized is not None and isinstance(sub, optimized):
+            return True
+    return False
 
 
 def _wrapped_by_ddp(module: Any, torch: Any) -> Any:
@@ -101,7 +120,8 @@ class AutoCompile:
     """The forward hooks that find and compile the outermost trained modules.
 
     ``compile_kwargs`` are the ``torch.compile`` arguments the config asks for;
-    ``fallback_eager`` says whether a failing compilation falls back to eager.
+    ``fallback_eager`` says whether a failing compilation falls back to eager;
+    ``regional`` whether a module with repeated blocks gets those compiled instead.
     ``on_model`` is called with each outermost trained module seen (compiled by
     the hook or by the script), e.g. to fingerprint the model.
     """
@@ -112,11 +132,13 @@ class AutoCompile:
         *,
         compile_kwargs: dict[str, Any],
         fallback_eager: bool,
+        regional: bool = True,
         on_model: Callable[[Any], None] | None = None,
     ) -> None:
         self._torch = torch
         self.compile_kwargs = compile_kwargs
         self.fallback_eager = fallback_eager
+        self.regional = regional
         self.on_model = on_model
         self.compiled: list[CompiledModule] = []
         self.skipped: dict[str, str] = {}
@@ -193,7 +215,8 @@ class AutoCompile:
     def _compile(self, module: Any, name: str) -> None:
         entry = CompiledModule(name, sum(p.numel() for p in module.parameters()))
         self.compiled.append(entry)
-        compiled = self._torch.compile(_entered(module), **self.compile_kwargs)
+        entry.call = RegionalCall(module, self._torch, self.compile_kwargs, regional=self.regional)
+        compiled: Callable[..., Any] = entry.call
         if self.fallback_eager:
             compiled = self._guarded(module, compiled, entry)
         # What nn.Module.compile() does, with a frame dynamo traces: compiling

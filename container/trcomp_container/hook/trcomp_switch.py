@@ -61,6 +61,7 @@ class Switch:
                 torch,
                 compile_kwargs=config.compile_kwargs(),
                 fallback_eager=config.fallback == "eager",
+                regional=config.compiles_regionally,
                 on_model=self._on_model,
             )
             self.autocompile.install()

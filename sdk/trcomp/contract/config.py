@@ -42,7 +42,7 @@ InductorValue = bool | int | float | str
 _XLA_FLAG = re.compile(r"--xla_[a-z0-9_]+(=\S+)?")
 _INDUCTOR_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 # Fields added after the first release: left out of the hyperparameters at their default.
-_NEWER_FIELDS = ("xla_engine", "shared_cache", "auto_compile", "keep_faster")
+_NEWER_FIELDS = ("xla_engine", "shared_cache", "auto_compile", "keep_faster", "regional")
 # Values echoed in error messages are cut to this many characters.
 _SHOWN_CHARS = 80
 
@@ -161,6 +161,20 @@ class TrainingCompilerConfig(BaseModel):
         "only). Inductor only.",
     )
 
+    regional: bool | None = Field(
+        default=None,
+        description="Regional compilation: mark a model's repeated blocks (GPT2Block, "
+        "BertLayer, TransformerEncoderLayer: the children of an nn.ModuleList or "
+        "nn.Sequential that share one class) as one nested compile region, compiled once "
+        "for every layer, then compile the model, so the cold compile grows little with "
+        "the number of layers and the model stays one graph. Applies to the zero-code path "
+        "and trcomp.runtime.compile; a model without repeated blocks, or whose block is not "
+        "one graph, is compiled whole. None: on. True: on, and HF Trainer/Accelerate get "
+        "Accelerate's per-block regional compilation "
+        "(env `ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION`). False: whole-model compile. "
+        "Inductor only.",
+    )
+
     @field_validator("xla_flags")
     @classmethod
     def _check_xla_flags(cls, flags: list[str]) -> list[str]:
@@ -199,6 +213,7 @@ class TrainingCompilerConfig(BaseModel):
                 "dynamic": self.dynamic is not None,
                 "inductor_options": bool(self.inductor_options),
                 "keep_faster": self.keep_faster is not None,
+                "regional": self.regional is not None,
             }
             bad = [name for name, is_set in inductor_only.items() if is_set]
             if bad:

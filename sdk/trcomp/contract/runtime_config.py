@@ -64,6 +64,7 @@ class RuntimeConfig(BaseModel):
     shared_cache: str | None = Field(
         default=None, description="The config's shared_cache, a Redis password shown as ***."
     )
+    regional: bool | None = None
     requested_backend: Backend = Field(
         default="auto", description="The config's backend, before `auto` was resolved."
     )
@@ -87,6 +88,14 @@ class RuntimeConfig(BaseModel):
         if self.keep_faster is not None:
             return self.keep_faster
         return self.requested_backend == "auto"
+
+    @property
+    def compiles_regionally(self) -> bool:
+        """Whether repeated blocks are marked as nested compile regions (``regional``).
+
+        ``regional`` when set; None means on (see docs/configuration.md for the measurement).
+        """
+        return self.regional is not False
 
     def compile_kwargs(self) -> dict[str, Any]:
         """The ``torch.compile`` arguments: only what differs from its defaults (pure)."""

@@ -12,6 +12,8 @@ zero-code compile must handle:
 - ``untraceable``: a forward that dynamo cannot compile;
 - ``ddp``: the model wrapped in DDP (run it under torchrun, gloo on CPU);
 - ``compiled``: the script compiles its model itself (torch.compile).
+
+``--layers`` sets TinyLM's number of encoder layers (repeated blocks: regional compile).
 """
 
 from __future__ import annotations
@@ -26,13 +28,13 @@ from torch import nn
 
 
 class TinyLM(nn.Module):
-    def __init__(self, vocab: int = 32, width: int = 32) -> None:
+    def __init__(self, vocab: int = 32, width: int = 32, layers: int = 1) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, width)
         layer = nn.TransformerEncoderLayer(
             width, 2, 2 * width, dropout=0.0, batch_first=True, norm_first=True
         )
-        self.body = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        self.body = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.head = nn.Linear(width, vocab)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -62,6 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--case", default="plain")
+    parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR", "model"))
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -76,7 +79,9 @@ def main() -> None:
     if args.case == "gan":
         losses = train_gan(args.steps)
     else:
-        model: nn.Module = Untraceable() if args.case == "untraceable" else TinyLM()
+        model: nn.Module = (
+            Untraceable() if args.case == "untraceable" else TinyLM(layers=args.layers)
+        )
         if args.case == "ddp":
             model = nn.parallel.DistributedDataParallel(model)
         if args.case == "compiled":

@@ -1,0 +1,170 @@
+"""Regional compilation: a model's repeated block traced and compiled once, reused for every layer.
+
+A transformer is mostly N copies of one block (``GPT2Block``, ``BertLayer``,
+``TransformerEncoderLayer``) held in an ``nn.ModuleList`` or ``nn.Sequential``.
+Compiled whole, dynamo traces and inductor compiles all N copies, so the cold
+compile grows with the depth. Here each block's ``forward`` is marked as a
+nested compile region (``torch.compiler.nested_compile_region``, one marked
+function per block class) and the whole model is then compiled as before:
+dynamo traces the block once and reuses that subgraph for every copy, and the
+model stays one graph, so the steady step is the whole model's.
+
+A block whose forward cannot be captured as one graph (a graph break, or a
+side effect outside it such as transformers' KV cache object updated by each
+block) makes dynamo raise ``UncapturedHigherOrderOpError``; :class:`RegionalCall`
+then takes the marks off and the model is compiled whole, with the reason kept.
+
+Shared by :func:`trcomp.runtime.compile` and the start-up hook's zero-code
+path, which may import only the standard library and ``trcomp.contract``:
+torch is never imported here; callers pass the ``torch`` module in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import MethodType
+from typing import Any
+
+__all__ = [
+    "MIN_BLOCKS",
+    "BlockGroup",
+    "RegionalCall",
+    "entered",
+    "mark_regions",
+    "repeated_blocks",
+    "unmark_regions",
+]
+
+MIN_BLOCKS = 2
+"""Fewer copies than this are not a repeated block: marking one block alone saves nothing."""
+
+_REASON_CHARS = 300
+_LOG = logging.getLogger("trcomp.regions")
+
+# One marked forward per block class, so every copy calls the same region function.
+_MARKED: dict[type, Callable[..., Any]] = {}
+
+
+@dataclass(frozen=True)
+class BlockGroup:
+    """The copies of one block class found in one container of a model."""
+
+    path: str
+    """Where the container sits in the model, e.g. ``transformer.h``."""
+    class_name: str
+    blocks: tuple[Any, ...]
+
+    def describe(self) -> str:
+        """``"12 x GPT2Block"``."""
+        return f"{len(self.blocks)} x {self.class_name}"
+
+
+def repeated_blocks(module: Any, torch: Any) -> list[BlockGroup]:
+    """The repeated blocks of ``module``, outermost first; empty when it has none.
+
+    A repeated block is each child of an ``nn.ModuleList`` or ``nn.Sequential``
+    whose :data:`MIN_BLOCKS` or more children all have one class, a class with
+    submodules of its own (``Sequential(Linear, Linear)`` is not one). The
+    search does not descend into the blocks it found.
+    """
+    containers = (torch.nn.ModuleList, torch.nn.Sequential)
+    groups: list[BlockGroup] = []
+
+    def visit(path: str, node: Any) -> None:
+        if isinstance(node, containers):
+            items = list(node.children())
+            if (
+                len(items) >= MIN_BLOCKS
+                and all(type(item) is type(items[0]) for item in items)
+                and next(iter(items[0].children()), None) is not None
+            ):
+                groups.append(BlockGroup(path, type(items[0]).__name__, tuple(items)))
+                return
+        for name, child in node.named_children():
+            visit(f"{path}.{name}" if path else name, child)
+
+    visit("", module)
+    return groups
+
+
+def _marked_forward(cls: Any, torch: Any) -> Callable[..., Any]:
+    if cls not in _MARKED:
+        _MARKED[cls] = torch.compiler.nested_compile_region(cls.forward)
+    return _MARKED[cls]
+
+
+def mark_regions(module: Any, torch: Any) -> list[BlockGroup]:
+    """Mark each repeated block's forward as a nested compile region; the groups marked.
+
+    The mark is an instance attribute ``forward`` bound to the block (a copy made
+    with ``copy.deepcopy`` is bound to the copy); eager calls go straight to the
+    class's forward. A group whose blocks already carry an instance ``forward``
+    (another library's wrapper) is left alone.
+    """
+    marked = []
+    for group in repeated_blocks(module, torch):
+        if any("forward" in vars(block) for block in group.blocks):
+            continue
+        region = _marked_forward(type(group.blocks[0]), torch)
+        for block in group.blocks:
+            block.forward = MethodType(region, block)
+        marked.append(group)
+    return marked
+
+
+def unmark_regions(groups: list[BlockGroup]) -> None:
+    """Take the marks of :func:`mark_regions` off: each block calls its class's forward again."""
+    for group in groups:
+        for block in group.blocks:
+            vars(block).pop("forward", None)
+
+
+def entered(module: Any) -> Callable[..., Any]:
+    """``module``'s call (hooks included) as a plain function, for ``torch.compile``.
+
+    ``Module.compile()`` compiles ``module._call_impl``, whose frames dynamo skips
+    for modules defined in torch.nn (``TransformerEncoder``, ``Sequential``): it
+    would compile nothing. This function is traced instead.
+    """
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return module._call_impl(*args, **kwargs)
+
+    return call
+
+
+class RegionalCall:
+    """``torch.compile`` of a module's call, its repeated blocks marked as regions first.
+
+    Set as the module's ``_compiled_call_impl`` (what ``nn.Module.compile`` does),
+    so the module keeps its class, ``state_dict`` keys and hooks. ``groups`` are
+    the marked block groups (empty: compiled whole); ``unmarked`` says why the
+    marks were taken off when dynamo could not capture a block as one graph.
+    """
+
+    def __init__(
+        self, module: Any, torch: Any, compile_kwargs: dict[str, Any], *, regional: bool
+    ) -> None:
+        self.groups = mark_regions(module, torch) if regional else []
+        self.unmarked: str | None = None
+        self._uncapturable = torch._dynamo.exc.UncapturedHigherOrderOpError
+        self.compiled = torch.compile(entered(module), **compile_kwargs)
+
+    def describe(self) -> str | None:
+        """``"8 x GPT2Block"`` while regions are marked; None when compiled whole."""
+        return ", ".join(group.describe() for group in self.groups) or None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.groups:
+            return self.compiled(*args, **kwargs)
+        try:
+            return self.compiled(*args, **kwargs)
+        except self._uncapturable as exc:
+            # Raised while tracing, before anything ran: compile the whole model instead.
+            unmark_regions(self.groups)
+            self.groups = []
+            self.unmarked = " ".join(f"{type(exc).__name__}: {exc}".split())[:_REASON_CHARS]
+            _LOG.warning("regional compilation off, compiling the whole model: %s", self.unmarked)
+            return self.compiled(*args, **kwargs)

@@ -1,0 +1,115 @@
+"""Steady step of regional against whole-model compile, interleaved in one process.
+
+Separate processes (the benchmark's rows) see a shared machine's load at different
+moments; here three copies of one model, all with inductor, take turns step by
+step (the order alternating), so load lands on all alike: ``regional`` (its
+repeated blocks marked as nested compile regions, then compiled in place:
+:class:`trcomp.contract.regions.RegionalCall`, what trcomp does), ``whole``
+(``Module.compile``) and ``per-block`` (Accelerate's ``compile_regions``: each
+block and each other leaf compiled on its own, what ``regional=True`` gives HF
+Trainer jobs). Prints, and with ``--json`` writes, a ``recorded`` table (see
+:mod:`trcomp_bench.doctables`)::
+
+    python -m trcomp_bench.regional_steady --workload gpt2-8l --steps 60 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "measure"]
+
+
+def measure(workload: str, size: str, batch_size: int, steps: int) -> dict[str, Any]:
+    """Median step times (s) of the three copies after 3 warm-up steps each, and the blocks."""
+    import torch
+    from accelerate.utils import compile_regions
+
+    from trcomp.contract import regions
+    from trcomp_bench.workloads import get_workload, loss_of
+
+    factory = get_workload(workload).factory(size)
+    torch.manual_seed(0)
+    regional, batch = factory(batch_size)
+    whole, _ = factory(batch_size)
+    per_block, _ = factory(batch_size)
+    whole.load_state_dict(regional.state_dict())
+    per_block.load_state_dict(regional.state_dict())
+    call = regions.RegionalCall(regional, torch, {"backend": "inductor"}, regional=True)
+    regional._compiled_call_impl = call
+    whole.compile(backend="inductor")
+    models = {"regional": regional, "whole": whole, "per-block": compile_regions(per_block)}
+    runs = {
+        name: (model, torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False))
+        for name, model in models.items()
+    }
+
+    def step(name: str, number: int) -> float:
+        model, optimizer = runs[name]
+        data = batch(number)
+        start = time.perf_counter()
+        out = model(**data) if isinstance(data, dict) else model(*data)
+        loss_of(out).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return time.perf_counter() - start
+
+    for number in range(3):
+        for name in runs:
+            step(name, number)
+    blocks = call.describe() or f"none ({call.unmarked})"
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for number in range(3, 3 + steps):
+        order = list(runs) if number % 2 else list(reversed(runs))
+        for name in order:
+            times[name].append(step(name, number))
+    return {f"{name}_s": statistics.median(times[name]) for name in runs} | {"blocks": blocks}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m trcomp_bench.regional_steady``."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", default="gpt2-8l")
+    parser.add_argument("--size", default="small", choices=("tiny", "small"))
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--source", default="", help="how and where it ran, for the table")
+    args = parser.parse_args(None if argv is None else list(argv))
+    got = measure(args.workload, args.size, args.batch_size, args.steps)
+    whole = got["whole_s"]
+    row = [
+        args.workload, got["blocks"], str(args.steps), f"{got['regional_s'] * 1e3:.1f}",
+        f"{whole * 1e3:.1f}", f"{got['per-block_s'] * 1e3:.1f}",
+        f"{got['regional_s'] / whole:.3f}", f"{got['per-block_s'] / whole:.3f}",
+    ]  # fmt: skip
+    data = {
+        "measured": datetime.date.today().isoformat(),
+        "source": args.source,
+        "header": [
+            "workload",
+            "regional blocks",
+            "steps each",
+            "regional step (ms)",
+            "whole-model step (ms)",
+            "per-block step (ms)",
+            "regional / whole",
+            "per-block / whole",
+        ],
+        "rows": [row],
+    }
+    print(json.dumps(data, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
