@@ -1,0 +1,27 @@
+"""The interleaved steady-step tool of the regional rows, on a tiny GPT-2 (real inductor)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trcomp_bench import regional_steady
+
+pytestmark = pytest.mark.slow
+
+
+def test_regional_whole_and_per_block_take_turns_and_are_reported(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    clean_env.setenv("USE_TORCH_XLA", "0")
+    clean_env.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    out = tmp_path / "steady.json"
+    argv = ["--workload", "gpt2-2l", "--size", "tiny", "--steps", "2", "--json", str(out)]
+    assert regional_steady.main(argv) == 0
+    data = json.loads(out.read_text())
+    (row,) = data["rows"]
+    assert dict(zip(data["header"], row, strict=True))["regional blocks"] == "2 x GPT2Block"
+    assert data["header"][-2:] == ["regional / whole", "per-block / whole"]
+    assert all(float(value) > 0 for value in row[3:])
