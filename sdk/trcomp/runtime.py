@@ -132,10 +132,9 @@ def compile(model: torch.nn.Module) -> torch.nn.Module:
 
     Regional compilation (``regional``, on unless set to False): a model with
     repeated blocks (the children of an ``nn.ModuleList``/``nn.Sequential`` that
-    share one class, as in every transformer) has them marked as nested compile
-    regions and is compiled in place, as ``nn.Module.compile`` does, and returned
-    itself: dynamo traces one block for all layers (:mod:`trcomp.contract.regions`).
-    A model without them is returned as ``torch.compile(model)``.
+    share one class, as in every transformer) has them marked as one nested
+    compile region before ``torch.compile(model)``, so inductor compiles one
+    block for all layers (:mod:`trcomp.contract.regions`).
     Under xla the model is returned as is: torch-xla traces and compiles lazily.
     Only options that differ from torch.compile's defaults are passed; see
     :func:`compile_kwargs` for how ``inductor_options`` apply.
@@ -147,9 +146,10 @@ def compile(model: torch.nn.Module) -> torch.nn.Module:
         import torch
 
         if regions.repeated_blocks(model, torch):
-            call = regions.RegionalCall(model, torch, compile_kwargs(config), regional=True)
-            model._compiled_call_impl = call
-            return model
+            optimized: torch.nn.Module = regions.compile_wrapped(
+                model, torch, compile_kwargs(config)
+            )
+            return optimized
     compiled: torch.nn.Module = _torch_compile(model)
     return compiled
 

@@ -4,7 +4,7 @@ Separate processes (the benchmark's rows) see a shared machine's load at differe
 moments; here three copies of one model, all with inductor, take turns step by
 step (the order alternating), so load lands on all alike: ``regional`` (its
 repeated blocks marked as nested compile regions, then compiled in place:
-:class:`trcomp.contract.regions.RegionalCall`, what trcomp does), ``whole``
+:func:`trcomp.contract.regions.compile_in_place`, what trcomp does), ``whole``
 (``Module.compile``) and ``per-block`` (Accelerate's ``compile_regions``: each
 block and each other leaf compiled on its own, what ``regional=True`` gives HF
 Trainer jobs). Prints, and with ``--json`` writes, a ``recorded`` table (see
@@ -42,7 +42,7 @@ def measure(workload: str, size: str, batch_size: int, steps: int) -> dict[str, 
     per_block, _ = factory(batch_size)
     whole.load_state_dict(regional.state_dict())
     per_block.load_state_dict(regional.state_dict())
-    call = regions.RegionalCall(regional, torch, {"backend": "inductor"}, regional=True)
+    call = regions.compile_in_place(regional, torch, {"backend": "inductor"}, regional=True)
     regional._compiled_call_impl = call
     whole.compile(backend="inductor")
     models = {"regional": regional, "whole": whole, "per-block": compile_regions(per_block)}

@@ -74,7 +74,7 @@ class Keeping:
 def compile_in_place(model: nn.Module, regional: bool = True, **kwargs) -> Keeping:
     """What the hook and ``trcomp.runtime.compile`` do; the backend, to look at the graphs."""
     keeping = Keeping()
-    call = regions.RegionalCall(model, torch, {"backend": keeping, **kwargs}, regional=regional)
+    call = regions.compile_in_place(model, torch, {"backend": keeping, **kwargs}, regional=regional)
     model._compiled_call_impl = call
     return keeping
 
@@ -239,3 +239,22 @@ def test_marks_come_off_and_a_block_wrapped_by_another_library_is_left_alone() -
     assert all("forward" not in vars(block) for block in model.blocks)
     model.blocks[1].forward = model.blocks[1].forward  # an instance forward of its own
     assert regions.mark_regions(model, torch) == []
+
+
+def test_the_runtime_path_returns_an_optimized_module_that_falls_back_whole_too() -> None:
+    # trcomp.runtime.compile: torch.compile(model) with the blocks marked; the
+    # hook then sees an OptimizedModule, as for any script that compiles its model.
+    model, eager = gpt2(use_cache=True), gpt2(use_cache=True)
+    keeping = Keeping()
+    optimized = regions.compile_wrapped(model, torch, {"backend": keeping})
+    assert type(optimized).__name__ == "OptimizedModule" and optimized._orig_mod is model
+    assert optimized.forward.describe() == "4 x GPT2Block"
+    assert train_lm(optimized) == pytest.approx(train_lm(eager), abs=1e-5)
+    assert optimized.forward.describe() is None and "SideEffects" in optimized.forward.unmarked
+    assert keeping.graphs and keeping.block_calls() == (0, 0)
+    # Without the KV cache the blocks stay one region.
+    plain = gpt2(use_cache=False)
+    keeping = Keeping()
+    optimized = regions.compile_wrapped(plain, torch, {"backend": keeping})
+    train_lm(optimized)
+    assert optimized.forward.describe() == "4 x GPT2Block" and keeping.block_calls() == (4, 1)

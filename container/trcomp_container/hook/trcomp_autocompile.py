@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trcomp.contract.regions import RegionalCall
+from trcomp.contract.regions import RegionalCall, compile_in_place
 
 __all__ = ["AutoCompile", "CompiledModule", "candidate_reason", "module_signature"]
 
@@ -215,7 +215,9 @@ class AutoCompile:
     def _compile(self, module: Any, name: str) -> None:
         entry = CompiledModule(name, sum(p.numel() for p in module.parameters()))
         self.compiled.append(entry)
-        entry.call = RegionalCall(module, self._torch, self.compile_kwargs, regional=self.regional)
+        entry.call = compile_in_place(
+            module, self._torch, self.compile_kwargs, regional=self.regional
+        )
         compiled: Callable[..., Any] = entry.call
         if self.fallback_eager:
             compiled = self._guarded(module, compiled, entry)

@@ -31,6 +31,8 @@ __all__ = [
     "MIN_BLOCKS",
     "BlockGroup",
     "RegionalCall",
+    "compile_in_place",
+    "compile_wrapped",
     "entered",
     "mark_regions",
     "repeated_blocks",
@@ -136,21 +138,21 @@ def entered(module: Any) -> Callable[..., Any]:
 
 
 class RegionalCall:
-    """``torch.compile`` of a module's call, its repeated blocks marked as regions first.
+    """A compiled callable whose blocks were marked; on an uncapturable block, compiled whole.
 
-    Set as the module's ``_compiled_call_impl`` (what ``nn.Module.compile`` does),
-    so the module keeps its class, ``state_dict`` keys and hooks. ``groups`` are
-    the marked block groups (empty: compiled whole); ``unmarked`` says why the
-    marks were taken off when dynamo could not capture a block as one graph.
+    ``compiled`` is ``torch.compile`` of the module's call (the hook sets this
+    object as the module's ``_compiled_call_impl``, as ``nn.Module.compile``
+    does) or an ``OptimizedModule``'s ``forward`` (``trcomp.runtime.compile``).
+    ``groups`` are the marked block groups (empty: compiled whole); ``unmarked``
+    says why the marks were taken off when dynamo could not capture a block as
+    one graph.
     """
 
-    def __init__(
-        self, module: Any, torch: Any, compile_kwargs: dict[str, Any], *, regional: bool
-    ) -> None:
-        self.groups = mark_regions(module, torch) if regional else []
+    def __init__(self, compiled: Callable[..., Any], groups: list[BlockGroup], torch: Any) -> None:
+        self.compiled = compiled
+        self.groups = groups
         self.unmarked: str | None = None
         self._uncapturable = torch._dynamo.exc.UncapturedHigherOrderOpError
-        self.compiled = torch.compile(entered(module), **compile_kwargs)
 
     def describe(self) -> str | None:
         """``"8 x GPT2Block"`` while regions are marked; None when compiled whole."""
@@ -168,3 +170,28 @@ class RegionalCall:
             self.unmarked = " ".join(f"{type(exc).__name__}: {exc}".split())[:_REASON_CHARS]
             _LOG.warning("regional compilation off, compiling the whole model: %s", self.unmarked)
             return self.compiled(*args, **kwargs)
+
+
+def compile_in_place(
+    module: Any, torch: Any, compile_kwargs: dict[str, Any], *, regional: bool
+) -> RegionalCall:
+    """Mark ``module``'s repeated blocks (when ``regional``) and compile its call.
+
+    The result is to be set as ``module._compiled_call_impl`` (what
+    ``nn.Module.compile`` does, through :func:`entered`), so the module keeps
+    its class, ``state_dict`` keys and hooks.
+    """
+    groups = mark_regions(module, torch) if regional else []
+    return RegionalCall(torch.compile(entered(module), **compile_kwargs), groups, torch)
+
+
+def compile_wrapped(module: Any, torch: Any, compile_kwargs: dict[str, Any]) -> Any:
+    """``torch.compile(module)`` with its repeated blocks marked: an ``OptimizedModule``.
+
+    Its ``forward`` (dynamo's wrapper of the module's call) becomes a
+    :class:`RegionalCall`, so an uncapturable block falls back to the whole model.
+    """
+    groups = mark_regions(module, torch)
+    optimized = torch.compile(module, **compile_kwargs)
+    optimized.forward = RegionalCall(optimized.forward, groups, torch)
+    return optimized
