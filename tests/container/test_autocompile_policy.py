@@ -168,12 +168,15 @@ def test_a_model_whose_blocks_the_script_compiled_is_not_compiled_again(policy):
     assert model._compiled_call_impl is None
 
 
-def test_a_block_with_a_graph_break_leaves_regions_off_and_the_entry_says_why(policy):
-    class Broken(Block):
-        def forward(self, x):
-            torch._dynamo.graph_break()
-            return super().forward(x)
+class Broken(Block):
+    """A block with a graph break: not one graph, so not a nested region."""
 
+    def forward(self, x):
+        torch._dynamo.graph_break()
+        return super().forward(x)
+
+
+def test_a_block_with_a_graph_break_leaves_regions_off_and_the_entry_says_why(policy):
     policy.remove()
     hooks = regional_hooks()
     model = Blocks(2)
@@ -185,11 +188,6 @@ def test_a_block_with_a_graph_break_leaves_regions_off_and_the_entry_says_why(po
 
 
 def test_a_block_that_fails_whole_too_runs_eager_and_the_entry_says_why(policy):
-    class Broken(Block):
-        def forward(self, x):
-            torch._dynamo.graph_break()
-            return super().forward(x)
-
     policy.remove()
     hooks = regional_hooks(fullgraph=True)
     model = Blocks(2)

@@ -126,6 +126,30 @@ print(json.dumps({
 """
 
 
+def _run_script(script: str, env: dict[str, str]) -> dict[str, Any]:
+    """Run ``script`` in a fresh interpreter with ``env``; the JSON it printed last."""
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _job_env(tmp_path: Path, config: TrainingCompilerConfig) -> dict[str, str]:
+    """The environment the container gives an inductor job's script."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(_JOB_PREFIXES)}
+    return build_environment(
+        config=config,
+        backend="inductor",
+        devices=Devices(),
+        paths=JobPaths.under(tmp_path / "opt-ml"),
+        base_env=base,
+        metrics_dir=tmp_path / "ranks",
+        scratch_dir=tmp_path / "scratch",
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("fields", "expected"),
@@ -141,25 +165,7 @@ def test_accelerate_compiles_with_the_jobs_settings(
     tmp_path: Path, fields: dict[str, Any], expected: dict[str, Any]
 ) -> None:
     config = TrainingCompilerConfig(backend="inductor", **fields)
-    base = {k: v for k, v in os.environ.items() if not k.startswith(_JOB_PREFIXES)}
-    env = build_environment(
-        config=config,
-        backend="inductor",
-        devices=Devices(),
-        paths=JobPaths.under(tmp_path / "opt-ml"),
-        base_env=base,
-        metrics_dir=tmp_path / "ranks",
-        scratch_dir=tmp_path / "scratch",
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", ACCELERATE_SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = _run_script(ACCELERATE_SCRIPT, _job_env(tmp_path, config))
     # Exactly one compile, of the whole model, with only what the config changed.
     assert seen["kwargs"] == [{"backend": "inductor", **expected}]
     assert seen["type"] == "OptimizedModule"
@@ -191,26 +197,9 @@ def test_accelerate_compiles_the_repeated_blocks_when_regional_is_true(
     tmp_path: Path, regional: bool | None
 ) -> None:
     config = TrainingCompilerConfig(backend="inductor", regional=regional)
-    base = {k: v for k, v in os.environ.items() if not k.startswith(_JOB_PREFIXES)}
-    env = build_environment(
-        config=config,
-        backend="inductor",
-        devices=Devices(),
-        paths=JobPaths.under(tmp_path / "opt-ml"),
-        base_env=base,
-        metrics_dir=tmp_path / "ranks",
-        scratch_dir=tmp_path / "scratch",
-    )
+    env = _job_env(tmp_path, config)
     assert ("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION" in env) is (regional is True)
-    done = subprocess.run(
-        [sys.executable, "-c", ACCELERATE_GPT2_SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = _run_script(ACCELERATE_GPT2_SCRIPT, env)
     if regional:
         # Accelerate's compile_regions: the model keeps its class, each block is compiled.
         assert seen["type"] == "GPT2LMHeadModel"
