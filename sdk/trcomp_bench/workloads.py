@@ -207,11 +207,11 @@ WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
         Workload("gpt2", "GPT-2-style causal LM (transformers, random init)", _gpt2, 8),
-        Workload("gpt2-2l", "GPT-2 with 2 blocks, no KV cache (regional rows)", _gpt2_layers(2), 8),
-        Workload("gpt2-8l", "GPT-2 with 8 blocks, no KV cache (regional rows)", _gpt2_layers(8), 8),
         Workload("bert", "BERT-style sequence classifier (transformers)", _bert, 8),
         Workload("mlp", "plain PyTorch MLP classifier", _mlp, 64),
         Workload("cnn", "plain PyTorch CNN classifier (conv, batch norm)", _cnn, 32),
+        Workload("gpt2-2l", "GPT-2 with 2 blocks, no KV cache (regional rows)", _gpt2_layers(2), 8),
+        Workload("gpt2-8l", "GPT-2 with 8 blocks, no KV cache (regional rows)", _gpt2_layers(8), 8),
     )
 }
 
