@@ -9,7 +9,7 @@ measurement, with its JSON and PNG forms.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -150,8 +150,13 @@ def markdown_table(rows: list[Row]) -> str:
 
 def plot(
     rows: list[Row], path: Path, title: str = "trcomp bench: eager against each compiler"
-) -> None:
-    """A two-panel PNG: steady-step speed-up over eager, and time to first step."""
+) -> list[str]:
+    """A two-panel PNG: steady-step speed-up over eager, and time to first step.
+
+    The first-step panel has a cold and a warm bar per backend, and a shared
+    bar (hatched) when some row went through the shared round. Returns that
+    panel's series labels.
+    """
     import matplotlib
 
     matplotlib.use("Agg")  # no display: files only
@@ -162,22 +167,33 @@ def plot(
     eager = _eager_step(rows)
     by_key = {(r.workload, r.backend): r for r in rows}
     width = 0.8 / max(len(backends), 1)
+    kinds: list[tuple[str, Callable[[Row], float | None], dict[str, Any]]] = [
+        ("cold", lambda r: r.first_step_cold_s, {"alpha": 0.4}),
+        ("warm", lambda r: r.first_step_warm_s, {}),
+    ]
+    if any(r.first_step_shared_s is not None for r in rows):
+        kinds.append(("shared", lambda r: r.first_step_shared_s, {"hatch": "//", "alpha": 0.7}))
+    part = width / len(kinds)
+    labels: list[str] = []
     fig, (speed, first) = plt.subplots(1, 2, figsize=(10, 3.6), dpi=80)
     for i, backend in enumerate(backends):
         xs = [w + i * width for w in range(len(workloads))]
         got = [by_key.get((w, backend)) for w in workloads]
         ratios = [eager[r.workload] / r.step_s if r and r.workload in eager else 0 for r in got]
         speed.bar(xs, ratios, width, label=backend)
-        cold = [r.first_step_cold_s if r else 0 for r in got]
-        warm = [(r.first_step_warm_s or 0) if r else 0 for r in got]
-        cold_xs = [x - width / 4 for x in xs]
-        warm_xs = [x + width / 4 for x in xs]
-        first.bar(cold_xs, cold, width / 2, label=f"{backend} cold", alpha=0.4, color=f"C{i}")
-        first.bar(warm_xs, warm, width / 2, label=f"{backend} warm", color=f"C{i}")
+        for k, (kind, value, style) in enumerate(kinds):
+            heights = [(value(r) or 0) if r else 0 for r in got]
+            if not any(heights):
+                continue  # eager has nothing shared
+            offsets = [x - width / 2 + part * (k + 0.5) for x in xs]
+            label = f"{backend} {kind}"
+            first.bar(offsets, heights, part, label=label, color=f"C{i}", **style)
+            labels.append(label)
     centre = [w + 0.4 - width / 2 for w in range(len(workloads))]
     speed.axhline(1.0, color="black", linewidth=0.8)
     speed.set(title="steady step: speed-up over eager (>1 faster)", ylabel="x")
-    first.set(title="time to first step (s), cold and warm cache", ylabel="s", yscale="log")
+    caches = ", ".join(kind for kind, _, _ in kinds)
+    first.set(title=f"time to first step (s): {caches} cache", ylabel="s", yscale="log")
     for ax in (speed, first):
         ax.set_xticks(centre, workloads)
     tallest = max((r.first_step_cold_s for r in rows), default=1.0)
@@ -189,3 +205,4 @@ def plot(
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+    return labels

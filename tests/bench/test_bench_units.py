@@ -119,9 +119,22 @@ def test_markdown_table_gives_the_ratio_against_eager() -> None:
 
 def test_plot_writes_a_small_png(tmp_path: Path) -> None:
     rows = [_row("eager", 0.03), _row("inductor", 0.02), _row("eager", 0.01, "mlp")]
-    plot(rows, tmp_path / "chart.png")
+    labels = plot(rows, tmp_path / "chart.png")
     data = (tmp_path / "chart.png").read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 200_000
+    assert labels == ["eager cold", "eager warm", "inductor cold", "inductor warm"]
+
+
+def test_plot_shows_the_shared_round_where_it_ran(tmp_path: Path) -> None:
+    shared = replace(_row("inductor", 0.02), first_step_shared_s=5.0)
+    labels = plot([_row("eager", 0.03), shared], tmp_path / "chart.png")
+    assert labels == [
+        "eager cold",
+        "eager warm",
+        "inductor cold",
+        "inductor warm",
+        "inductor shared",
+    ]
 
 
 def test_backend_env_cold_and_warm_share_nothing_but_the_cache_dir(tmp_path: Path) -> None:
