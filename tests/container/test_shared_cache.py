@@ -12,14 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.aws import ACCOUNT, aws_environment, moto_server
+from tests.helpers.aws import ACCOUNT, OTHER_ACCOUNT, aws_environment, create_bucket, moto_server
 from trcomp.contract.errors import SharedCacheError
 from trcomp.contract.shared_cache import check_bucket_owner, parse_location
 from trcomp_container.cache_key import compat_set, gpu_models
 from trcomp_container.shared_cache import open_shared_cache
 from trcomp_container.shared_store import DirectoryStore, S3Store
-
-OTHER_ACCOUNT = "444455556666"
 
 
 def _live_with(tmp: Path, files: dict[str, bytes]) -> Path:
@@ -176,27 +174,12 @@ def moto(tmp_path_factory):
         yield server
 
 
-def _other_account_bucket(name: str) -> None:
-    """Create ``name`` as another account (moto reads the account from this header)."""
-    import boto3
-
-    s3 = boto3.client("s3")
-
-    def as_other(request, **_kwargs):
-        request.headers["x-moto-account-id"] = OTHER_ACCOUNT
-
-    s3.meta.events.register("before-send.s3.*", as_other)
-    s3.create_bucket(Bucket=name, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
-
-
 def test_s3_entries_carry_the_expected_bucket_owner_and_a_foreign_bucket_is_refused(moto, tmp_path):
     import boto3
 
     with aws_environment(moto.url):
-        boto3.client("s3").create_bucket(
-            Bucket="team-cache", CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
-        )
-        _other_account_bucket("someone-elses-cache")
+        create_bucket("team-cache")
+        create_bucket("someone-elses-cache", account=OTHER_ACCOUNT)
         uri = "s3://team-cache/compile"
         live = _live_with(tmp_path / "a", {"inductor/g": b"graph"})
         cache = _open(uri, live)

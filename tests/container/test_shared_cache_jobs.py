@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from tests.helpers import jobs
-from tests.helpers.aws import aws_environment, moto_server
+from tests.helpers.aws import OTHER_ACCOUNT, aws_environment, create_bucket, moto_server
 from tests.helpers.redis_server import redis_server
 from trcomp.config import TrainingCompilerConfig
 from trcomp_container.cache_key import compat_set
@@ -25,25 +25,16 @@ from trcomp_container.shared_cache import open_shared_cache
 pytestmark = pytest.mark.slow
 
 LOOP_HPS = {"steps": 8}
-OTHER_ACCOUNT = "444455556666"
 
 
 @pytest.fixture(scope="module")
 def services(tmp_path_factory):
     """A moto server with the team's bucket and another account's, and a redis-server."""
-    import boto3
 
     tmp = tmp_path_factory.mktemp("services")
     with moto_server(tmp) as moto, aws_environment(moto.url) as aws, redis_server(tmp) as redis:
-        where = {"LocationConstraint": "us-west-2"}
-        boto3.client("s3").create_bucket(Bucket="team-cache", CreateBucketConfiguration=where)
-        other = boto3.client("s3")
-
-        def as_other(request, **_kwargs):
-            request.headers["x-moto-account-id"] = OTHER_ACCOUNT
-
-        other.meta.events.register("before-send.s3.*", as_other)
-        other.create_bucket(Bucket="someone-elses-cache", CreateBucketConfiguration=where)
+        create_bucket("team-cache")
+        create_bucket("someone-elses-cache", account=OTHER_ACCOUNT)
         yield {"aws": aws, "redis": redis, "tmp": tmp}
 
 

@@ -27,16 +27,20 @@ from typing import Any
 __all__ = [
     "ACCOUNT",
     "FAKE_CREDENTIALS",
+    "OTHER_ACCOUNT",
     "REGION",
     "AwsErrorServer",
     "MotoServer",
     "aws_environment",
     "aws_error_server",
+    "create_bucket",
+    "create_sagemaker_role",
     "moto_server",
 ]
 
 REGION = "us-west-2"
 ACCOUNT = "123456789012"  # moto's default account
+OTHER_ACCOUNT = "444455556666"  # another account, for buckets the job's account does not own
 # Recognisable values: tests search requests, stored jobs and logs for them.
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "AKIATRCOMPLEAKCHECK01",
@@ -221,3 +225,37 @@ def aws_error_server() -> Iterator[AwsErrorServer]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def create_sagemaker_role(name: str) -> str:
+    """Create an IAM role SageMaker may assume (in the emulator boto3 points at); its ARN."""
+    import boto3
+
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "sagemaker.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+            }
+        ],
+    }
+    created = boto3.client("iam").create_role(
+        RoleName=name, AssumeRolePolicyDocument=json.dumps(trust)
+    )
+    return str(created["Role"]["Arn"])
+
+
+def create_bucket(name: str, *, account: str = ACCOUNT) -> None:
+    """Create bucket ``name`` in :data:`REGION`, owned by ``account`` (moto reads its header)."""
+    import boto3
+
+    s3 = boto3.client("s3")
+    if account != ACCOUNT:
+
+        def as_account(request: Any, **_kwargs: Any) -> None:
+            request.headers["x-moto-account-id"] = account
+
+        s3.meta.events.register("before-send.s3.*", as_account)
+    s3.create_bucket(Bucket=name, CreateBucketConfiguration={"LocationConstraint": REGION})

@@ -19,19 +19,8 @@ import sagemaker.pytorch
 from sagemaker import image_uris
 
 import trcomp
-from tests.helpers.aws import REGION, aws_environment, moto_server
+from tests.helpers.aws import REGION, aws_environment, create_sagemaker_role, moto_server
 from trcomp.config import TrainingCompilerConfig
-
-TRUST = {
-    "Version": "2012-10-17",
-    "Statement": [
-        {
-            "Effect": "Allow",
-            "Principal": {"Service": "sagemaker.amazonaws.com"},
-            "Action": "sts:AssumeRole",
-        }
-    ],
-}
 
 
 def _aws_image(framework: str, version: str, py_version: str, **kwargs: Any) -> str:
@@ -61,10 +50,7 @@ except ValueError as exc:  # an older SDK (make test-sdk-lowest) does not know t
 @pytest.fixture(scope="module")
 def role(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with moto_server(tmp_path_factory.mktemp("moto")) as server, aws_environment(server.url):
-        created = boto3.client("iam").create_role(
-            RoleName="trcomp-attach", AssumeRolePolicyDocument=json.dumps(TRUST)
-        )
-        yield str(created["Role"]["Arn"])
+        yield create_sagemaker_role("trcomp-attach")
 
 
 def _job(name: str, image: str, role: str, hyperparameters: dict[str, str]) -> str:

@@ -31,6 +31,7 @@ from tests.helpers.aws import (
     MotoServer,
     aws_environment,
     aws_error_server,
+    create_sagemaker_role,
     moto_server,
 )
 from trcomp.contract.errors import UnsupportedJobError
@@ -57,20 +58,7 @@ def role(moto: MotoServer) -> str:
         Bucket=DATA_BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION}
     )
     boto3.client("s3").put_object(Bucket=DATA_BUCKET, Key="train/part-0.txt", Body=b"1 2 3\n")
-    trust = {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": "sagemaker.amazonaws.com"},
-                "Action": "sts:AssumeRole",
-            }
-        ],
-    }
-    created = boto3.client("iam").create_role(
-        RoleName="trcomp-sagemaker", AssumeRolePolicyDocument=json.dumps(trust)
-    )
-    return str(created["Role"]["Arn"])
+    return create_sagemaker_role("trcomp-sagemaker")
 
 
 @pytest.fixture

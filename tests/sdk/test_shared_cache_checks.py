@@ -12,16 +12,21 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import pytest
 
 import trcomp
-from tests.helpers.aws import REGION, MotoServer, aws_environment, moto_server
+from tests.helpers.aws import (
+    OTHER_ACCOUNT,
+    MotoServer,
+    aws_environment,
+    create_bucket,
+    create_sagemaker_role,
+    moto_server,
+)
 from trcomp.contract.errors import CompilerConfigWarning, LocalModeError, SharedCacheError
 
 pytestmark = pytest.mark.slow
 
-OTHER_ACCOUNT = "444455556666"
 FOREIGN = "s3://someone-elses-cache/compile"
 OWN = "s3://team-cache/compile"
 
@@ -29,34 +34,14 @@ OWN = "s3://team-cache/compile"
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     with moto_server(tmp_path_factory.mktemp("moto")) as server, aws_environment(server.url):
-        where = {"LocationConstraint": REGION}
-        boto3.client("s3").create_bucket(Bucket="team-cache", CreateBucketConfiguration=where)
-        other = boto3.client("s3")
-
-        def as_other(request, **_kwargs):
-            request.headers["x-moto-account-id"] = OTHER_ACCOUNT
-
-        other.meta.events.register("before-send.s3.*", as_other)
-        other.create_bucket(Bucket="someone-elses-cache", CreateBucketConfiguration=where)
+        create_bucket("team-cache")
+        create_bucket("someone-elses-cache", account=OTHER_ACCOUNT)
         yield server
 
 
 @pytest.fixture(scope="module")
 def role(moto: MotoServer) -> str:
-    trust = {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": "sagemaker.amazonaws.com"},
-                "Action": "sts:AssumeRole",
-            }
-        ],
-    }
-    created = boto3.client("iam").create_role(
-        RoleName="trcomp-shared-cache", AssumeRolePolicyDocument=json.dumps(trust)
-    )
-    return str(created["Role"]["Arn"])
+    return create_sagemaker_role("trcomp-shared-cache")
 
 
 def _estimator(tmp: Path, role: str, uri: str, instance_type: str, **kwargs):

@@ -34,6 +34,7 @@ from tests.helpers.aws import (
     REGION,
     MotoServer,
     aws_environment,
+    create_sagemaker_role,
     moto_server,
 )
 from trcomp import CompilerConfigWarning, TrainingCompilerConfig, UnsupportedJobError
@@ -42,16 +43,6 @@ from trcomp.v3 import ModelTrainer
 
 BUCKET = "trcomp-v3-test-bucket"
 INDUCTOR = TrainingCompilerConfig(backend="inductor")
-TRUST = {
-    "Version": "2012-10-17",
-    "Statement": [
-        {
-            "Effect": "Allow",
-            "Principal": {"Service": "sagemaker.amazonaws.com"},
-            "Action": "sts:AssumeRole",
-        }
-    ],
-}
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +55,7 @@ def aws(tmp_path_factory) -> Iterator[tuple[MotoServer, str]]:
             moto_server(tmp_path_factory.mktemp("moto")) as server,
             aws_environment(server.url),
         ):
-            iam = boto3.client("iam")
-            role = iam.create_role(
-                RoleName="SageMakerRole", AssumeRolePolicyDocument=json.dumps(TRUST)
-            )["Role"]["Arn"]
-            yield server, role
+            yield server, create_sagemaker_role("SageMakerRole")
     finally:
         if saved is None:
             os.environ.pop("SAGEMAKER_VALIDATE_ROLE", None)
