@@ -145,11 +145,8 @@ def compile(model: torch.nn.Module) -> torch.nn.Module:
     if config.compiles_regionally:
         import torch
 
-        if regions.repeated_blocks(model, torch):
-            optimized: torch.nn.Module = regions.compile_wrapped(
-                model, torch, compile_kwargs(config)
-            )
-            return optimized
+        optimized: torch.nn.Module = regions.compile_wrapped(model, torch, compile_kwargs(config))
+        return optimized
     compiled: torch.nn.Module = _torch_compile(model)
     return compiled
 

@@ -13,9 +13,9 @@ fullgraph and dynamic), each **outermost** module called
 
 With ``regional`` (the default) a module's repeated blocks (the children of
 an ``nn.ModuleList``/``nn.Sequential`` sharing one class, as in every
-transformer) are marked as nested compile regions first, so dynamo traces one
-block and reuses it for every layer and the cold compile does not grow with
-the layers; the module is still one graph (``trcomp.contract.regions``).
+transformer) are marked as nested compile regions first, so inductor compiles
+one block for every layer and the cold compile grows less with the layers;
+the module is still one graph (``trcomp.contract.regions``).
 
 A frozen teacher in ``eval()`` or under ``torch.no_grad()``, a loss module
 without parameters and anything called inside another module are left as they

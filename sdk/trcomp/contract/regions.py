@@ -188,10 +188,12 @@ def compile_in_place(
 def compile_wrapped(module: Any, torch: Any, compile_kwargs: dict[str, Any]) -> Any:
     """``torch.compile(module)`` with its repeated blocks marked: an ``OptimizedModule``.
 
-    Its ``forward`` (dynamo's wrapper of the module's call) becomes a
-    :class:`RegionalCall`, so an uncapturable block falls back to the whole model.
+    With blocks marked, its ``forward`` (dynamo's wrapper of the module's call)
+    becomes a :class:`RegionalCall`, so an uncapturable block falls back to the
+    whole model; with none, it is plain ``torch.compile(module)``.
     """
     groups = mark_regions(module, torch)
     optimized = torch.compile(module, **compile_kwargs)
-    optimized.forward = RegionalCall(optimized.forward, groups, torch)
+    if groups:
+        optimized.forward = RegionalCall(optimized.forward, groups, torch)
     return optimized
