@@ -157,9 +157,7 @@ def _drop_marks(block: Any) -> dict[str, Any]:
 _MARK_ATTRS = ("forward", "__getstate__")
 
 
-def mark_regions(
-    module: Any, torch: Any, *, skipped: list[str] | None = None
-) -> list[BlockGroup]:
+def mark_regions(module: Any, torch: Any, *, skipped: list[str] | None = None) -> list[BlockGroup]:
     """Mark each repeated block's forward as a nested compile region; the groups marked.
 
     The mark is an instance attribute ``forward`` bound to the block; eager calls
