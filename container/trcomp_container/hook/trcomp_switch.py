@@ -211,9 +211,7 @@ class Switch:
         The hook's own modules switch on their own (no global state); a model the
         script compiled needs torch's compiler stance, restored on every way out.
         """
-        if self.autocompile is not None and any(
-            entry.failed is None for entry in self.autocompile.compiled
-        ):
+        if self.autocompile is not None and not self.autocompile.script_compiled:
             self.autocompile.eager = eager
             return
         stance = "force_eager" if eager else "default"
