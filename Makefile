@@ -39,8 +39,11 @@ DEMO_ARGS ?=
 demo: install
 	$(PY) docs/examples/demo.py $(DEMO_ARGS)
 
+# Two pytest workers (pytest-xdist): most tests wait on child processes (torch
+# imports, compiles, the toolkit), so two share two cores well. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 # The quick loop while editing: `make test` without the tests marked slow (real
 # training subprocesses, real compiles, a moto server each) and without Docker.
