@@ -100,9 +100,9 @@ def test_an_error_inside_the_hook_leaves_the_script_running_and_is_reported():
         torch.manual_seed(0)
         model = Odd()
         assert train(model, steps=2)  # no exception reached the script
+        assert not policy.active and policy.compiled == []
     finally:
         policy.remove()
-    assert not policy.active and policy.compiled == []
     assert "RuntimeError: boom" in policy.report()["error"]
     warnings = switch_report.compiled_less([{"autocompile": policy.report()}])
     assert any("the zero-code hook stopped" in warning for warning in warnings)
@@ -146,6 +146,21 @@ def test_a_validation_pass_before_training_does_not_keep_the_model_eager():
         policy.remove()
     (entry,) = policy.compiled
     assert entry.name == "Net" and entry.ran_compiled and policy.skipped == {}
+
+
+def test_an_inference_script_loses_the_hooks_after_a_bounded_number_of_calls(monkeypatch):
+    monkeypatch.setattr(autocompile, "MAX_LOOKS", 5)
+    policy = hooks()
+    try:
+        model = Net().eval()
+        with torch.no_grad():
+            for _ in range(4):
+                model(torch.randn(2, 4))
+            assert policy.active
+            model(torch.randn(2, 4))
+        assert not policy.active and policy.compiled == []
+    finally:
+        policy.remove()
 
 
 def test_a_compiled_helper_before_the_model_does_not_end_the_zero_code_path():

@@ -71,6 +71,9 @@ _REENTRANT = (
     "uninitialized (lazy) parameters",
 )
 """Reasons that may change before the first optimizer step: the module is looked at again."""
+MAX_LOOKS = 2000
+"""Outermost calls looked at without a trained module before the hooks go (an inference
+script never steps an optimizer; the hooks must not slow every module call it makes)."""
 
 
 @dataclass
@@ -229,6 +232,7 @@ class AutoCompile:
         self.eager = False
         """True: the hook's compiled modules run eager (measurement window, keep-eager)."""
         self._depth = 0
+        self._looks = 0
         self._seen: set[int] = set()
         self._handles: list[Any] = []
         self._log_filter = _LimitLog(self)
@@ -300,6 +304,9 @@ class AutoCompile:
         reason = candidate_reason(module, self._torch)
         if reason in _REENTRANT:
             self.skipped[name] = reason  # looked at again at its next call
+            self._looks += 1
+            if self._looks >= MAX_LOOKS and not self.saw_model:
+                self.remove()
             return
         self._seen.add(id(module))
         if reason == "compiled by the script":
