@@ -163,8 +163,7 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[s
     if not rows:
         return
     target = Path(
-        os.environ.get("TRCOMP_CORPUS_TABLE")
-        or tmp_path_factory.getbasetemp() / "corpus-table.md"
+        os.environ.get("TRCOMP_CORPUS_TABLE") or tmp_path_factory.getbasetemp() / "corpus-table.md"
     )
     columns = ["script", "pattern", "max loss diff", "compiled", "kept", "s (off/default)"]
     lines = [
@@ -204,9 +203,8 @@ def first_drift(off: dict[str, Any], default: dict[str, Any], tolerance: float) 
         worst = max(abs(x - y) for x, y in zip(a, b, strict=True))
         if worst > tolerance:
             return f"step {step}: off {a} default {b}"
-    return "checked values differ: " + json.dumps(
-        {k: v for k, v in default["checks"].items() if v != off["checks"].get(k)}
-    )[:300]
+    differing = {k: v for k, v in default["checks"].items() if v != off["checks"].get(k)}
+    return "checked values differ: " + json.dumps(differing)[:300]
 
 
 # -- holding the record against what ran -----------------------------------------------
@@ -249,8 +247,7 @@ def untruths(script: str, report: dict[str, Any], record: dict[str, Any]) -> lis
             problems.append("the last step ran compiled code, but the record lists nothing")
         if not any(last) and says and keep != "eager":
             problems.append(
-                f"lists {says} as compiled (kept {keep or 'compiled'}), "
-                "but the last step ran eager"
+                f"lists {says} as compiled (kept {keep or 'compiled'}), but the last step ran eager"
             )
     if script not in MAY_STAY_EAGER:
         if not says:

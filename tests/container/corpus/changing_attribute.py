@@ -1,4 +1,4 @@
-"""Pattern: a forward that reads a Python attribute the loop changes every step (a schedule)."""
+"""Pattern: a forward that reads a float attribute the loop changes every step (a schedule)."""
 
 import torch
 from corpus_report import Report

@@ -1,4 +1,4 @@
-"""Pattern: LoRA-style fine-tune: frozen base Linear layers, trainable low-rank adapters, 2 blocks."""
+"""Pattern: LoRA-style: frozen base Linear layers, trainable low-rank adapters, 2 blocks."""
 
 import torch
 from corpus_report import Report
