@@ -42,7 +42,7 @@ import pytest
 
 from tests.helpers import jobs
 from tests.helpers.records import RANKS, compilations, read_records, records_in_members
-from trcomp.contract.config import TrainingCompilerConfig
+from trcomp import TrainingCompilerConfig
 from trcomp_container.backends import resolve_backend
 from trcomp_container.devices import Devices
 from trcomp_container.environment import build_environment
@@ -141,16 +141,24 @@ def inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def corpus_runs(tmp_path_factory: pytest.TempPathFactory, inductor_cache: Path):
-    """``(off, default)`` runs of a script, both started at once, each once per session."""
-    done: dict[str, tuple[Run, Run]] = {}
+    """``runs(script, *configs)``: one run per config (default: off, then default), started
+    at once; each (script, config) runs once per session."""
+    done: dict[tuple[str, str], Run] = {}
 
-    def runs(script: str) -> tuple[Run, Run]:
-        if script not in done:
-            base = tmp_path_factory.mktemp(script.removesuffix(".py"))
-            off = start(base / "off", script, OFF, inductor_cache)
-            default = start(base / "default", script, DEFAULT, inductor_cache)
-            done[script] = (finish(off), finish(default))
-        return done[script]
+    def runs(script: str, *configs: str) -> list[Run]:
+        wanted = [c for c in configs or ("off", "default") if (script, c) not in done]
+        started = {
+            name: start(
+                tmp_path_factory.mktemp(f"{script.removesuffix('.py')}-{name}"),
+                script,
+                OFF if name == "off" else DEFAULT,
+                inductor_cache,
+            )
+            for name in wanted
+        }
+        for name, child in started.items():
+            done[script, name] = finish(child)
+        return [done[script, c] for c in configs or ("off", "default")]
 
     return runs
 
@@ -312,9 +320,9 @@ AS_JOBS = ["mlp_loop.py", "lora_adapters.py", "two_phase_optimizers.py"]
 def test_a_real_process_mode_job_trains_as_the_compiler_off_run(
     script: str, corpus_runs, tmp_path: Path, role: str
 ) -> None:
-    from trcomp import PyTorch
+    from trcomp import PyTorch  # the SDK: sagemaker is imported only here
 
-    off, _ = corpus_runs(script)
+    (off,) = corpus_runs(script, "off")
     assert off.returncode == 0 and off.report, tail(off)
     name = script.removesuffix(".py").replace("_", "-")
     estimator = PyTorch(
