@@ -66,6 +66,17 @@ TOLERANCE = {"autocast_bf16.py": 2e-2}
 # script's model must run compiled code by the end of the job.
 MAY_STAY_EAGER = {
     "data_parallel_cpu.py": "issue 24: no compiled module under nn.DataParallel",
+    "changing_unroll.py": "dynamo's recompile limit: a new graph for every loop count",
+}
+# What the record must say about the scripts the hook leaves eager.
+MUST_SAY = {
+    "data_parallel_cpu.py": lambda auto: any(
+        "DataParallel" in why for why in (auto.get("skipped") or {}).values()
+    ),
+    "changing_unroll.py": lambda auto: any(
+        (m.get("limit") or "").startswith("recompile_limit") and m.get("ran_compiled") is False
+        for m in auto.get("modules", [])
+    ),
 }
 RUN_TIMEOUT_S = 600
 
@@ -173,6 +184,9 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[s
     target = Path(
         os.environ.get("TRCOMP_CORPUS_TABLE") or tmp_path_factory.getbasetemp() / "corpus-table.md"
     )
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:  # one table per pytest-xdist worker, each with the rows it ran
+        target = target.with_name(f"{target.stem}-{worker}{target.suffix}")
     columns = ["script", "pattern", "max loss diff", "compiled", "kept", "s (off/default)"]
     lines = [
         "| " + " | ".join([*columns, "result"]) + " |",
@@ -226,7 +240,11 @@ def the_record(run: Run) -> dict[str, Any]:
 def claimed(record: dict[str, Any]) -> list[str]:
     """What the record says ran compiled: the hook's modules that did not fail, the script's."""
     auto = record.get("autocompile") or {}
-    hooked = [m["module"] for m in auto.get("modules", []) if not m.get("failed")]
+    hooked = [
+        m["module"]
+        for m in auto.get("modules", [])
+        if not m.get("failed") and m.get("ran_compiled", True)
+    ]
     return hooked + list(auto.get("script_compiled", []))
 
 
@@ -257,6 +275,8 @@ def untruths(script: str, report: dict[str, Any], record: dict[str, Any]) -> lis
             problems.append(
                 f"lists {says} as compiled (kept {keep or 'compiled'}), but the last step ran eager"
             )
+    if script in MUST_SAY and not MUST_SAY[script](record["autocompile"]):
+        problems.append(f"the record does not say why it stayed eager ({MAY_STAY_EAGER[script]})")
     if script not in MAY_STAY_EAGER:
         if not says:
             auto = record["autocompile"]
