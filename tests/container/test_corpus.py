@@ -67,6 +67,7 @@ TOLERANCE = {"autocast_bf16.py": 2e-2}
 MAY_STAY_EAGER = {
     "data_parallel_cpu.py": "issue 24: no compiled module under nn.DataParallel",
     "changing_unroll.py": "dynamo's recompile limit: a new graph for every loop count",
+    "torch_func.py": "dynamo runs a module called inside torch.func transforms eager",
 }
 # What the record must say about the scripts the hook leaves eager.
 MUST_SAY = {
@@ -76,6 +77,9 @@ MUST_SAY = {
     "changing_unroll.py": lambda auto: any(
         (m.get("limit") or "").startswith("recompile_limit") and m.get("ran_compiled") is False
         for m in auto.get("modules", [])
+    ),
+    "torch_func.py": lambda auto: any(
+        m.get("eager_calls") and m.get("ran_compiled") is False for m in auto.get("modules", [])
     ),
 }
 RUN_TIMEOUT_S = 600

@@ -191,6 +191,28 @@ def test_a_compiled_helper_before_the_model_does_not_end_the_zero_code_path():
     assert entry.name == "Net" and entry.ran_compiled
 
 
+def test_unfreezing_parameters_after_the_compile_compiles_afresh_and_trains_as_eager():
+    # torch 2.9 alone (torch.compile(model)) reuses the graph traced with frozen
+    # parameters: the unfrozen ones got no gradients and the losses drifted.
+    def two_phases() -> list[float]:
+        torch.manual_seed(0)
+        model = Net()
+        model.embed.requires_grad_(False)
+        losses = train(model, steps=3)
+        model.embed.requires_grad_(True)
+        return losses + train(model, steps=3, seed=1)
+
+    eager = two_phases()
+    policy = hooks()
+    try:
+        compiled = two_phases()
+    finally:
+        policy.remove()
+    (entry,) = policy.compiled
+    assert entry.recompiled == "requires_grad of its parameters changed" and entry.ran_compiled
+    assert compiled == pytest.approx(eager, abs=1e-6)
+
+
 def test_data_parallel_leaves_the_model_eager_and_points_to_one_process_per_gpu():
     policy = hooks()
     try:

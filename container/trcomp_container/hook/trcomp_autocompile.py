@@ -52,6 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from trcomp.contract import regions
 from trcomp.contract.regions import RegionalCall, compile_in_place
 
 __all__ = ["AutoCompile", "CompiledModule", "candidate_reason", "module_signature"]
@@ -91,6 +92,8 @@ class CompiledModule:
     last_call_eager: bool = False
     limit: str | None = None
     """Dynamo's limit this module hit (``recompile_limit (8): <last reason>``)."""
+    recompiled: str | None = None
+    """Why the hook compiled the module afresh, if it did."""
 
     @property
     def regional(self) -> str | None:
@@ -113,6 +116,7 @@ class CompiledModule:
             "eager_calls": self.eager_calls,
             "ran_compiled": self.ran_compiled,
             "limit": self.limit,
+            "recompiled": self.recompiled,
         }
 
 
@@ -234,6 +238,7 @@ class AutoCompile:
         self._depth = 0
         self._looks = 0
         self._seen: set[int] = set()
+        self._codes: dict[str, CompiledModule] = {}
         self._handles: list[Any] = []
         self._log_filter = _LimitLog(self)
 
@@ -339,7 +344,7 @@ class AutoCompile:
                 self._torch,
                 self.compile_kwargs,
                 regional=self.regional,
-                call=self._traced(module, entry, len(self.compiled) - 1),
+                call=self._traced(module, entry),
             )
         except Exception as exc:
             entry.failed = f"{type(exc).__name__}: {exc}"[:_REASON_CHARS]
@@ -349,7 +354,7 @@ class AutoCompile:
         # (Sequential, ...), whose frames dynamo skips.
         module._compiled_call_impl = self._guarded(module, entry.call, entry)
 
-    def _traced(self, module: Any, entry: CompiledModule, index: int) -> Callable[..., Any]:
+    def _traced(self, module: Any, entry: CompiledModule) -> Callable[..., Any]:
         """The function dynamo compiles for ``module``: its own code object and name.
 
         Dynamo keeps compiled entries, and counts its recompile limit, per code
@@ -363,19 +368,40 @@ class AutoCompile:
                 entry.last_call_eager = True
             return module._call_impl(*args, **kwargs)
 
-        code_name = _CODE_NAME.format(index)
+        code_name = _CODE_NAME.format(len(self._codes))
+        self._codes[code_name] = entry
         traced.__code__ = traced.__code__.replace(co_name=code_name)
         return traced
+
+    def _recompiled(self, module: Any, entry: CompiledModule) -> Callable[..., Any]:
+        """A fresh compile of ``module`` (whole), for parameters whose requires_grad changed.
+
+        torch 2.9 reuses a graph traced with frozen parameters after they are unfrozen
+        (a two-phase fine-tune): no gradients reach them (reproduced with
+        ``torch.compile(model)`` alone). A new code object starts a new dynamo entry.
+        """
+        if entry.call is not None and entry.call.groups:
+            regions.unmark_regions(entry.call.groups)
+        entry.call = RegionalCall(
+            self._torch.compile(self._traced(module, entry), **self.compile_kwargs), [], self._torch
+        )
+        entry.recompiled = "requires_grad of its parameters changed"
+        return entry.call
 
     def _guarded(
         self, module: Any, compiled: Callable[..., Any], entry: CompiledModule
     ) -> Callable[..., Any]:
         dynamo_error = self._torch._dynamo.exc.TorchDynamoException
         owner = self
+        trained = _trained(module)
 
         def call(*args: Any, **kwargs: Any) -> Any:
+            nonlocal compiled, trained
             if entry.failed is not None or owner.eager:
                 return module._call_impl(*args, **kwargs)
+            now = _trained(module)
+            if now != trained:
+                trained, compiled = now, owner._recompiled(module, entry)
             entry.calls += 1
             entry.last_call_eager = False
             saved = _snapshot(module, owner._torch) if entry.calls <= 3 else None
@@ -394,9 +420,9 @@ class AutoCompile:
 
     def limit_hit(self, code_name: str, limit: str, reason: str) -> None:
         """Dynamo stopped compiling one of the hook's modules (a limit): note which and why."""
-        for index, entry in enumerate(self.compiled):
-            if _CODE_NAME.format(index) == code_name and entry.limit is None:
-                entry.limit = f"{limit}: {reason}"[:_REASON_CHARS]
+        entry = self._codes.get(code_name)
+        if entry is not None and entry.limit is None:
+            entry.limit = f"{limit}: {reason}"[:_REASON_CHARS]
 
     # -- report -----------------------------------------------------------------
 
@@ -408,6 +434,11 @@ class AutoCompile:
             "skipped": dict(self.skipped),
             "error": self.error,
         }
+
+
+def _trained(module: Any) -> tuple[bool, ...]:
+    """Which of the module's parameters require gradients (compared at each call)."""
+    return tuple(param.requires_grad for param in module.parameters())
 
 
 def _snapshot(module: Any, torch: Any) -> tuple[list[Any], Any]:

@@ -29,12 +29,16 @@ def ran_compiled(loss: Any) -> bool | None:
     if root is None:
         return None
     seen: set[int] = set()
+    # The Python objects for autograd nodes are made afresh on each access: keep the
+    # visited ones alive, or a freed one's id is reused by another node and it is skipped.
+    visited: list[Any] = []
     stack = [root]
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
+        visited.append(node)
         if "CompiledFunction" in type(node).__name__:
             return True
         stack.extend(next_node for next_node, _ in node.next_functions)
