@@ -426,10 +426,18 @@ class AutoCompile:
 
     # -- report -----------------------------------------------------------------
 
-    def report(self) -> dict[str, Any]:
-        """What the hook compiled, what the script compiled, and what it left eager and why."""
+    def report(self, graphs: int | None = None) -> dict[str, Any]:
+        """What the hook compiled, what the script compiled, and what it left eager and why.
+
+        ``graphs``: the graphs dynamo compiled in the process; with none, no module
+        ran compiled code (dynamo broke every graph), whatever its calls say.
+        """
+        modules = [entry.as_dict() for entry in self.compiled]
+        if graphs == 0:
+            for module in modules:
+                module["ran_compiled"] = False
         return {
-            "modules": [entry.as_dict() for entry in self.compiled],
+            "modules": modules,
             "script_compiled": list(self.script_compiled),
             "skipped": dict(self.skipped),
             "error": self.error,

@@ -224,7 +224,7 @@ class Switch:
     def report(self, wall_s: float) -> dict[str, Any]:
         """The ``autocompile`` and ``speedup`` parts of this process's metrics record."""
         body: dict[str, Any] = {
-            "autocompile": self.autocompile.report() if self.autocompile else None,
+            "autocompile": self.autocompile.report(_graphs()) if self.autocompile else None,
             "speedup": self._speedup_report(wall_s),
         }
         return body
