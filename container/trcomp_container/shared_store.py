@@ -6,11 +6,11 @@ once and never changed, so both stores only list, get and put whole objects:
 - :class:`DirectoryStore` writes a temp file next to the entry and renames it
   into place, so a reader sees a whole entry or none (POSIX rename; NFS and
   EFS keep it atomic within a directory). The directory must be this user's
-  and writable by no one else (:func:`check_directory`);
+  and writable by no one else (:func:`~trcomp.contract.shared_trust.check_directory`);
 - :class:`S3Store` puts each entry with one PutObject (S3 makes an object
   visible only once all of it is stored). Every call names the job's account
   as ``ExpectedBucketOwner``; the bucket's owner and its public access are
-  checked first (:mod:`trcomp.contract.shared_cache`). Every AWS call has a
+  checked first (:mod:`trcomp.contract.shared_trust`). Every AWS call has a
   connect and a read timeout and at most two attempts (:func:`aws_config`).
 
 A store call that hangs anyway (a file system that stopped answering) is
@@ -21,20 +21,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from trcomp.contract.errors import SharedCacheError
-from trcomp.contract.shared_cache import (
-    SharedCacheLocation,
-    check_bucket_owner,
-    check_bucket_private,
-)
+from trcomp.contract.shared_cache import SharedCacheLocation, check_bucket_owner
+from trcomp.contract.shared_trust import check_bucket_private, check_directory
 
-__all__ = ["DirectoryStore", "S3Store", "Store", "aws_config", "check_directory", "open_store"]
+__all__ = ["DirectoryStore", "S3Store", "Store", "aws_config", "open_store"]
 
 # Temp files of a DirectoryStore's writes start with this; listings skip them.
 _PARTIAL = ".partial-"
@@ -64,53 +59,6 @@ def aws_config(timeout_s: float) -> Any:
         connect_timeout=seconds,
         read_timeout=seconds,
         retries={"max_attempts": 2, "mode": "standard"},
-    )
-
-
-def _uid() -> int:
-    return os.geteuid()
-
-
-def check_directory(path: Path, *, where: str) -> None:
-    """Refuse a ``file://`` location that someone other than this user could write.
-
-    ``path``, once it exists, must be owned by this user and writable by neither
-    group nor others; no directory above it may be writable by others without
-    the sticky bit (they could swap it for their own). What does not exist yet
-    the job creates, with no write bit for group or others, and checks again.
-    """
-    strict = True  # only for path itself
-    for current in (path, *path.parents):
-        try:
-            info = current.stat()
-        except FileNotFoundError:
-            strict = False
-            continue
-        except OSError as exc:
-            raise SharedCacheError(
-                f"cannot check shared_cache directory {current}: {exc}"
-            ) from None
-        mode = stat.filemode(info.st_mode)
-        if strict:
-            strict = False
-            if info.st_uid != _uid():
-                raise SharedCacheError(
-                    _foreign(path, current, where, f"owned by uid {info.st_uid}")
-                )
-            if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                raise SharedCacheError(
-                    _foreign(path, current, where, f"writable by group or others ({mode})")
-                )
-        elif info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
-            raise SharedCacheError(_foreign(path, current, where, f"writable by anyone ({mode})"))
-
-
-def _foreign(path: Path, current: Path, where: str, why: str) -> str:
-    return (
-        f"shared_cache directory {path} may be written by someone else ({current} is {why}), "
-        f"so trcomp refuses it ({where}): a compile cache is code that every job reading it "
-        f"runs. Make it yours and writable only by you (chown; chmod go-w {current}), or "
-        "choose a directory that is."
     )
 
 

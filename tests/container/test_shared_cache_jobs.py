@@ -35,7 +35,7 @@ def services(tmp_path_factory):
     with moto_server(tmp) as moto, aws_environment(moto.url) as aws, redis_server(tmp) as redis:
         create_bucket("team-cache")
         create_bucket("someone-elses-cache", account=OTHER_ACCOUNT)
-        yield {"aws": aws, "redis": redis, "tmp": tmp}
+        yield {"aws": aws, "redis": redis.url, "tmp": tmp}
 
 
 def _uri(kind: str, services) -> str:

@@ -8,7 +8,7 @@ it takes boto3 clients made by the caller, so this module imports no AWS code.
 A compile cache is code: inductor, triton and JAX load what they find there
 and run it. Whoever can write the location can run code in every job that
 reads it, so an S3 bucket must belong to the job's own account and block
-public access (:func:`check_bucket_private`), a Redis password never travels
+public access (:mod:`trcomp.contract.shared_trust`), a Redis password never travels
 in the URI (it would sit in the job's hyperparameters), and entries may be
 signed with a key of the team (:data:`KEY_ENV`; docs/remote.md).
 """
@@ -32,7 +32,7 @@ __all__ = [
     "SCHEMES",
     "SharedCacheLocation",
     "check_bucket_owner",
-    "check_bucket_private",
+    "error_code",
     "parse_location",
 ]
 
@@ -184,7 +184,7 @@ def _without_password(uri: str, parts: Any) -> str:
     return uri.replace(f"{user}:{parts.password}@", f"{user}:***@", 1)
 
 
-def _error_code(exc: BaseException) -> str:
+def error_code(exc: BaseException) -> str:
     """The AWS error code of a botocore ``ClientError`` ("" for any other exception)."""
     response = getattr(exc, "response", None)
     if not isinstance(response, dict):
@@ -209,7 +209,7 @@ def check_bucket_owner(s3: Any, bucket: str, account: str, *, where: str) -> Non
     try:
         owned = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
     except Exception as exc:
-        if _error_code(exc) not in ("AccessDenied", "AllAccessDisabled"):
+        if error_code(exc) not in ("AccessDenied", "AllAccessDisabled"):
             raise
         owned = None
     if owned is not None:
@@ -219,7 +219,7 @@ def check_bucket_owner(s3: Any, bucket: str, account: str, *, where: str) -> Non
     try:
         s3.head_bucket(Bucket=bucket, ExpectedBucketOwner=account)
     except Exception as exc:
-        code = _error_code(exc)
+        code = error_code(exc)
         if code in ("AccessDenied", "403", "Forbidden"):
             raise SharedCacheError(
                 _not_owned(bucket, account, where)
@@ -239,65 +239,4 @@ def _not_owned(bucket: str, account: str, where: str) -> str:
         f"trcomp refuses it ({where}): a compile cache is code that every job reading it "
         "runs, and the bucket's owner could put anything there. Use a bucket of account "
         f"{account}."
-    )
-
-
-_BLOCK_FLAGS = ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
-_PUBLIC_GRANTEES = (
-    "http://acs.amazonaws.com/groups/global/AllUsers",
-    "http://acs.amazonaws.com/groups/global/AuthenticatedUsers",
-)
-_NO_CONFIG = ("NoSuchPublicAccessBlockConfiguration", "NoSuchBucketPolicy")
-
-
-def check_bucket_private(s3: Any, bucket: str, account: str, *, where: str) -> None:
-    """Refuse ``bucket`` when people outside ``account`` may be let in by a policy or an ACL.
-
-    Passes at once when the bucket's Block Public Access settings are all on
-    (S3's default for new buckets). Otherwise S3's own verdict on the bucket
-    policy (GetBucketPolicyStatus) must not be public, and the ACL must grant
-    nothing to AllUsers or AuthenticatedUsers (any AWS account). ``s3`` is a
-    boto3 S3 client of the caller; ``where`` names the caller in the message.
-    """
-    block = _call(s3.get_public_access_block, bucket, account, where, "GetBucketPublicAccessBlock")
-    flags = block.get("PublicAccessBlockConfiguration", {}) if block else {}
-    if all(flags.get(flag) for flag in _BLOCK_FLAGS):
-        return
-    status = _call(s3.get_bucket_policy_status, bucket, account, where, "GetBucketPolicyStatus")
-    public_policy = bool(status and status.get("PolicyStatus", {}).get("IsPublic"))
-    if public_policy and not flags.get("RestrictPublicBuckets"):
-        raise SharedCacheError(_public(bucket, where, "its bucket policy is public"))
-    if flags.get("IgnorePublicAcls"):
-        return
-    acl = _call(s3.get_bucket_acl, bucket, account, where, "GetBucketAcl") or {}
-    for grant in acl.get("Grants", []):
-        grantee = grant.get("Grantee", {}).get("URI", "")
-        if grantee in _PUBLIC_GRANTEES:
-            group = grantee.rsplit("/", 1)[-1]
-            raise SharedCacheError(_public(bucket, where, f"its ACL grants {group} access"))
-
-
-def _call(method: Any, bucket: str, account: str, where: str, action: str) -> dict[str, Any]:
-    try:
-        return dict(method(Bucket=bucket, ExpectedBucketOwner=account))
-    except Exception as exc:
-        code = _error_code(exc)
-        if code in _NO_CONFIG:
-            return {}
-        if code in ("AccessDenied", "403", "Forbidden"):
-            raise SharedCacheError(
-                f"cannot check whether the shared_cache bucket {bucket!r} is public ({where}): "
-                f"these credentials may not call s3:{action} on it. A compile cache is code, so "
-                f"trcomp reads only buckets it can see are private: allow s3:{action} "
-                "(and s3:GetBucketPublicAccessBlock, s3:GetBucketPolicyStatus, s3:GetBucketAcl)."
-            ) from None
-        raise
-
-
-def _public(bucket: str, where: str, why: str) -> str:
-    return (
-        f"shared_cache bucket {bucket!r} may be written by people outside its account ({why}), "
-        f"so trcomp refuses it ({where}): a compile cache is code that every job reading it "
-        "runs. Turn on all four Block Public Access settings of the bucket "
-        "(aws s3api put-public-access-block) or use a private bucket."
     )
