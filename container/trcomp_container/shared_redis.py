@@ -97,7 +97,7 @@ def check_redis_trust(
         return
     missing = [
         what
-        for what, absent in (("TLS (rediss://)", not location.tls), ("a password", not password))
+        for what, absent in (("TLS (rediss://)", not location.tls), ("password", not password))
         if absent
     ]
     if missing:
