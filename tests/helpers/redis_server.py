@@ -54,10 +54,11 @@ def _ping(port: int, ca_certs: str | None) -> bool:
 
 def _certificate(tmp: Path) -> tuple[Path, Path]:
     cert, key = tmp / "redis-cert.pem", tmp / "redis-key.pem"
+    command = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+    command += ["-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"]
+    command += ["-addext", "subjectAltName=IP:127.0.0.1"]
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
-        + ["-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"]
-        + ["-addext", "subjectAltName=IP:127.0.0.1"],
+        command,
         check=True,
         capture_output=True,
     )
