@@ -62,7 +62,7 @@ class RuntimeConfig(BaseModel):
     auto_compile: bool = True
     keep_faster: bool | None = None
     shared_cache: str | None = Field(
-        default=None, description="The config's shared_cache, a Redis password shown as ***."
+        default=None, description="The config's shared_cache (a URI never holds a password)."
     )
     regional: bool | None = None
     requested_backend: Backend = Field(
