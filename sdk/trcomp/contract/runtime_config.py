@@ -64,6 +64,8 @@ class RuntimeConfig(BaseModel):
     shared_cache: str | None = Field(
         default=None, description="The config's shared_cache (a URI never holds a password)."
     )
+    shared_cache_timeout_s: float = 5.0
+    shared_cache_insecure: bool = False
     regional: bool | None = None
     requested_backend: Backend = Field(
         default="auto", description="The config's backend, before `auto` was resolved."
