@@ -78,9 +78,8 @@ def _job(base, name: str, config: TrainingCompilerConfig, entry_point: str = "lo
 
 
 def _config(uri: str, **fields) -> TrainingCompilerConfig:
-    return TrainingCompilerConfig(
-        backend="inductor", shared_cache=uri, shared_cache_timeout_s=TIMEOUT_S, **fields
-    )
+    fields.setdefault("shared_cache_timeout_s", TIMEOUT_S)
+    return TrainingCompilerConfig(backend="inductor", shared_cache=uri, **fields)
 
 
 @pytest.mark.parametrize("kind", ["file", "s3", "redis", "rediss"])
