@@ -185,3 +185,29 @@ def test_the_password_can_come_from_secrets_manager(tls_redis, tmp_path):
         )
         assert cache.facts["remote_cache"] is True, cache.warnings
         create_bucket("unused")  # the emulator answered the job's calls
+
+
+@pytest.mark.slow
+def test_a_redis_that_stops_answering_mid_job_does_not_fail_the_compile(tmp_path):
+    """After the start-up check passed: the hook turns inductor's remote cache off."""
+    from tests.helpers.hook import run_hooked
+
+    code = (
+        "import torch\n"
+        "f = torch.compile(lambda x: (x.sin() * 2).sum())\n"
+        "print('result', f(torch.ones(4)).item())\n"
+        "print('result', f(torch.ones(4, 4)).item())\n"
+    )
+    with hung_server() as (port, accepted):
+        env = {
+            "TORCHINDUCTOR_REDIS_URL": f"redis://127.0.0.1:{port}/0?socket_timeout=2"
+            "&socket_connect_timeout=2",
+            "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1",
+            "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE": "1",
+            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        }
+        child = run_hooked(tmp_path, code, extra_env=env)
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.count("result") == 2
+    assert child.stderr.count("stopped answering") == 1  # then off: no second wait
+    assert len(accepted) == 1
