@@ -39,8 +39,11 @@ DEMO_ARGS ?=
 demo: install
 	$(PY) docs/examples/demo.py $(DEMO_ARGS)
 
+# Two pytest workers (pytest-xdist): most tests wait on child processes (torch
+# imports, compiles, the toolkit), so two share two cores well. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 # The quick loop while editing: `make test` without the tests marked slow (real
 # training subprocesses, real compiles, a moto server each) and without Docker.
@@ -100,10 +103,12 @@ test-container: install docker-engine
 	$(MAKE) image OFFLINE=1
 	$(PY) -m pytest -m container tests/docker
 
-# Full CPU benchmark: every reference workload, eager against each compiler, cold
-# and warm compile caches (8.7 min on a quiet 2-core machine, 20 min on a busy one).
+# Full CPU benchmark: every reference workload, eager against each compiler in
+# rounds (the cold one, then warm ones; 3 by default), with each row's spread and
+# a flag when the load changed. Two rounds took 8.7 min on a quiet 2-core machine,
+# 20 min on a busy one; three take about half as long again.
 # Writes the JSON behind docs/benchmarks.md's CPU table, then regenerates the docs'
-# tables (make docs). BENCH_ARGS adds options, e.g. BENCH_ARGS="--repeats 2";
+# tables (make docs). BENCH_ARGS adds options, e.g. BENCH_ARGS="--rounds 5";
 # BENCH_OUT=DIR writes elsewhere.
 BENCH_OUT ?= docs/benchmarks
 bench: install

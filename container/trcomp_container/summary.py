@@ -157,6 +157,10 @@ def build_summary(
 
 
 def _derived_warnings(records: list[dict[str, Any]]) -> list[str]:
+    return [*switch_report.compiled_less(records), *_xla_cache_warnings(records)]
+
+
+def _xla_cache_warnings(records: list[dict[str, Any]]) -> list[str]:
     unreadable = sum(
         int(((record.get("xla") or {}).get("counters") or {}).get(_XLA_CACHE_FAILURE, 0))
         for record in records

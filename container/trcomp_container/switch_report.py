@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["compiled_text", "eager_step_numbers", "nothing_compiled", "speedup_summary"]
+__all__ = [
+    "compiled_less",
+    "compiled_text",
+    "eager_step_numbers",
+    "nothing_compiled",
+    "speedup_summary",
+]
 
 Record = Mapping[str, Any]
 
@@ -40,7 +46,12 @@ def compiled_text(records: Sequence[Record], backend: str | None) -> str:
     auto = record.get("autocompile") or {}
     parts = []
     for entry in auto.get("modules", []):
-        how = "by trcomp, no code change" if not entry.get("failed") else "failed, ran eager"
+        if entry.get("failed"):
+            how = "failed, ran eager"
+        elif entry.get("ran_compiled") is False:
+            how = "compiled by trcomp but ran eager at the end"
+        else:
+            how = "by trcomp, no code change"
         if entry.get("regional"):
             how += f", regional: {entry['regional']}"
         parts.append(f"{entry['module']} ({how})")
@@ -131,3 +142,50 @@ def speedup_summary(records: Sequence[Record]) -> dict[str, Any] | None:
         "cost_share": report.get("cost_share"),
     }
     return body
+
+
+def _limit_fix(limit: str) -> str:
+    """The change that would help, from dynamo's last recompile reason."""
+    reason = limit.lower()
+    if any(word in reason for word in ("size", "shape", "stride")):
+        return (
+            "the input shapes change between calls: pad or bucket them to a few shapes, or "
+            "set dynamic=True"
+        )
+    return (
+        "the forward reads a Python value (an attribute, a global or a non-tensor argument) "
+        "that changes between calls, and each value compiles again: keep it constant or pass "
+        "it as a tensor (dynamic=True does not help here)"
+    )
+
+
+def compiled_less(records: Sequence[Record]) -> list[str]:
+    """Warnings for a job that compiled less than it would otherwise say.
+
+    A module the hook compiled that dynamo then ran eager (its recompile limit hit,
+    the frame skipped), and a model left eager because of ``nn.DataParallel``.
+    """
+    if not records:
+        return []
+    auto = records[0].get("autocompile") or {}
+    warnings = []
+    for entry in auto.get("modules", []):
+        if entry.get("failed") or not entry.get("eager_calls"):
+            continue
+        limit = entry.get("limit")
+        ended = "and ran eager at the end" if not entry.get("ran_compiled") else "at times"
+        why = (
+            f"dynamo hit its {limit.split(':', 1)[0]}: {_limit_fix(limit)}"
+            if limit
+            else "dynamo skipped its frame (run with TORCH_LOGS=recompiles,graph_breaks to see why)"
+        )
+        warnings.append(
+            f"{entry['module']} was compiled, but {entry['eager_calls']} of its "
+            f"{entry.get('calls', 0)} calls ran eager {ended}: {why}"
+        )
+    for name, reason in (auto.get("skipped") or {}).items():
+        if "DataParallel" in reason:
+            warnings.append(f"{name} was not compiled: {reason}")
+    if auto.get("error"):
+        warnings.append(str(auto["error"]))
+    return warnings

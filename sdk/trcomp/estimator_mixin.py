@@ -240,12 +240,15 @@ class _CompilerMixin:
         Compiler's) keeps that image, with the versions the SDK read from its tag, as
         the SDK's own class attaches it: those versions describe the job that ran,
         not a new job on trcomp's image, so they are not checked against trcomp's.
+        The compiler hyperparameters become ``compiler_config``, except for a job
+        :meth:`_trcomp_compiled_by_its_image` (the old compiler's TensorFlow jobs).
         """
         params: dict[str, Any] = super()._prepare_init_params_from_job_description(  # type: ignore[misc]
             job_details, model_channel_name
         )
         hyperparameters = params.get("hyperparameters") or {}
-        if any(key in hyperparameters for key in (ENABLED_KEY, DEBUG_KEY, CONFIG_KEY)):
+        compiler_keys = any(key in hyperparameters for key in (ENABLED_KEY, DEBUG_KEY, CONFIG_KEY))
+        if compiler_keys and not cls._trcomp_compiled_by_its_image(params):
             params["compiler_config"] = TrainingCompilerConfig.from_hyperparameters(hyperparameters)
             for key in (ENABLED_KEY, DEBUG_KEY, CONFIG_KEY):
                 hyperparameters.pop(key, None)
@@ -262,6 +265,16 @@ class _CompilerMixin:
     @classmethod
     def _trcomp_attach_versions(cls, params: dict[str, Any], torch: str, python: str) -> None:
         """Put the versions read from our image's tag where this class's constructor wants them."""
+
+    @classmethod
+    def _trcomp_compiled_by_its_image(cls, params: dict[str, Any]) -> bool:
+        """Whether an attached job's compiler hyperparameters belong to its own image.
+
+        True for a job trcomp's compiler cannot have run (the old Training Compiler's
+        TensorFlow jobs): its compiler hyperparameters stay hyperparameters, passed on
+        to that image as they were, and ``compiler_config`` stays None.
+        """
+        return False
 
     # -- hyperparameters ----------------------------------------------------------
 

@@ -48,6 +48,20 @@ logger = logging.getLogger("trcomp")
 DEFAULT_TRANSFORMERS_VERSION = "4.57"
 
 
+def _refuse_mxnet(kwargs: dict[str, Any], replacement: str) -> None:
+    """Refuse ``mxnet_version=``, which the SDK's classes take in ``**kwargs`` and ignore."""
+    version = kwargs.get("mxnet_version")
+    if version is not None:
+        raise UnsupportedJobError(
+            f"mxnet_version={version!r}: this estimator runs PyTorch, not MXNet, and the "
+            f"SageMaker SDK would ignore the argument and run PyTorch "
+            f"{DEFAULT_FRAMEWORK_VERSION} without a word. Pass "
+            f"{replacement}={DEFAULT_FRAMEWORK_VERSION!r} instead (the torch version of "
+            "trcomp's image) and port the script to PyTorch; MXNet has no compiler in trcomp."
+        )
+    kwargs.pop("mxnet_version", None)
+
+
 class PyTorch(_CompilerMixin, sagemaker.pytorch.PyTorch):  # type: ignore[misc]
     """``sagemaker.pytorch.PyTorch`` with ``compiler_config=`` and trcomp's image.
 
@@ -67,6 +81,7 @@ class PyTorch(_CompilerMixin, sagemaker.pytorch.PyTorch):  # type: ignore[misc]
         compiler_config: Any = None,
         **kwargs: Any,
     ) -> None:
+        _refuse_mxnet(kwargs, "framework_version")
         if image_uri is None:
             check_versions(framework_version, py_version)
         image = self._trcomp_prepare(compiler_config, image_uri, kwargs)
@@ -97,7 +112,10 @@ class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):  # type: i
     ``pytorch_version`` the torch version. Versions default to trcomp's image
     (PyTorch 2.9.0, py311); transformers is not in that image, so list the
     version the script needs in its requirements.txt (docs/migration.md).
-    ``tensorflow_version`` is refused: trcomp compiles PyTorch only.
+    ``tensorflow_version`` is refused with trcomp's image or with a compiler
+    config (trcomp compiles PyTorch only), and ``mxnet_version`` always;
+    ``attach()`` of an old Training Compiler TensorFlow job keeps it on its own
+    image, as the SDK's class does, with ``compiler_config`` None.
     """
 
     def __init__(
@@ -114,18 +132,21 @@ class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):  # type: i
         tensorflow_version: str | None = None,
         **kwargs: Any,
     ) -> None:
+        _refuse_mxnet(kwargs, "pytorch_version")
         config = as_trcomp_config(compiler_config)
-        if tensorflow_version is not None and (image_uri is None or (config and config.enabled)):
-            why = (
-                "its image has no TensorFlow"
-                if image_uri is None
-                else "compiler_config cannot compile TensorFlow"
-            )
+        if tensorflow_version is not None and image_uri is None:
             raise UnsupportedJobError(
-                f"tensorflow_version={tensorflow_version!r}: trcomp compiles PyTorch only "
-                f"({why}), and the job would silently become a PyTorch job. "
-                "Pass pytorch_version= instead, or use sagemaker.huggingface.HuggingFace "
-                "without compiler_config for TensorFlow."
+                f"tensorflow_version={tensorflow_version!r}: trcomp compiles PyTorch only and "
+                "its image has no TensorFlow, so the job would silently become a PyTorch job. "
+                f"Pass pytorch_version={DEFAULT_FRAMEWORK_VERSION!r} instead, or use "
+                "sagemaker.huggingface.HuggingFace without compiler_config for TensorFlow."
+            )
+        if tensorflow_version is not None and config is not None and config.enabled:
+            raise UnsupportedJobError(
+                f"tensorflow_version={tensorflow_version!r} with compiler_config: trcomp "
+                f"compiles PyTorch only, so it cannot compile this TensorFlow job on "
+                f"{image_uri}. Leave compiler_config out to run it uncompiled on that image, "
+                f"or pass pytorch_version={DEFAULT_FRAMEWORK_VERSION!r} for a PyTorch job."
             )
         if image_uri is None:
             if transformers_version is None:
@@ -168,6 +189,15 @@ class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):  # type: i
     def _trcomp_attach_versions(cls, params: dict[str, Any], torch: str, python: str) -> None:
         # transformers is not in our image, so its version is not in the tag: left None.
         params.update(pytorch_version=torch, py_version=python)
+
+    @classmethod
+    def _trcomp_compiled_by_its_image(cls, params: dict[str, Any]) -> bool:
+        # The old Training Compiler's TensorFlow jobs: trcomp could not have compiled
+        # them, their own image did. attach() keeps them as the SDK's class does.
+        if params.get("tensorflow_version") is None:
+            return False
+        params.setdefault("pytorch_version", None)  # not this class's default torch
+        return True
 
 
 class Estimator(_CompilerMixin, sagemaker.estimator.Estimator):  # type: ignore[misc]

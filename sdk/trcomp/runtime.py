@@ -130,11 +130,12 @@ def compile_kwargs(config: RuntimeConfig | Mapping[str, Any]) -> dict[str, Any]:
 def compile(model: torch.nn.Module) -> torch.nn.Module:
     """``torch.compile`` under inductor with the config's options; the model itself otherwise.
 
-    Regional compilation (``regional``, on unless set to False): a model with
-    repeated blocks (the children of an ``nn.ModuleList``/``nn.Sequential`` that
-    share one class, as in every transformer) has them marked as one nested
-    compile region before ``torch.compile(model)``, so inductor compiles one
-    block for all layers (:mod:`trcomp.contract.regions`).
+    Regional compilation (only with ``regional=True``): a model with repeated
+    blocks (the children of an ``nn.ModuleList``/``nn.Sequential`` that share one
+    class, as in every transformer) has them marked as one nested compile region
+    before ``torch.compile(model)``, so inductor compiles one block for all layers;
+    blocks with frozen parameters, buffers or activation checkpointing are not
+    marked (:mod:`trcomp.contract.regions`).
     Under xla the model is returned as is: torch-xla traces and compiles lazily.
     Only options that differ from torch.compile's defaults are passed; see
     :func:`compile_kwargs` for how ``inductor_options`` apply.

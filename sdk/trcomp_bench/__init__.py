@@ -10,7 +10,8 @@ What runs a measurement, shared by every command: :mod:`trcomp_bench.runs`
 (a child process per measurement, capped; the budgeted job loop; results
 written as they come) and :mod:`trcomp_bench.results` (the one markdown table
 writer, the result files). The commands on top: the CPU benchmark
-(:mod:`~trcomp_bench.cli`, :mod:`~trcomp_bench.harness`, :mod:`~trcomp_bench.worker`),
+(:mod:`~trcomp_bench.cli`, :mod:`~trcomp_bench.harness`, :mod:`~trcomp_bench.worker`;
+:mod:`~trcomp_bench.rounds` judges its rounds),
 the launch overhead (:mod:`~trcomp_bench.launch`), the GPU throughput script
 (:mod:`~trcomp_bench.gpu_h200`) and ``make gpu-check`` (:mod:`~trcomp_bench.gpu_check`).
 """

@@ -17,11 +17,15 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from trcomp_bench.rounds import DEFAULT_SPREAD_BOUND
+
 __all__ = ["build_parser", "main", "register", "run"]
 
 _DESCRIPTION = (
     "Train reference workloads (or your own model) with eager PyTorch and each compiler, "
-    "side by side, one fresh process per measurement: time to first step with a cold "
+    "side by side, one fresh process per measurement, in rounds that interleave eager and "
+    "each compiler (each round's ratio against eager, their spread, and a flag when the "
+    "load changed or the rounds disagree): time to first step with a cold "
     "compile cache, a warm one (the cache dir the cold run filled) and a warm one from a "
     "shared compile cache (another, empty cache dir that only the shared cache the cold run "
     "wrote fills), steady step time, samples/s, peak memory, and the largest loss "
@@ -31,6 +35,13 @@ _DESCRIPTION = (
 
 def _csv(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,8 +84,31 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument(
         "--warmup", type=int, default=5, help="steps left out of the steady step time (default: 5)"
     )
+    rounds = how.add_mutually_exclusive_group()
+    rounds.add_argument(
+        "--rounds",
+        type=_positive,
+        help="rounds of eager and each compiler in turn, back to back, the order rotated "
+        "each round: the cold round and ROUNDS-1 warm ones; each round gives its own ratio "
+        "against eager (default: 3)",
+    )
+    rounds.add_argument(
+        "--repeats",
+        type=int,
+        help="warm-cache rounds after the cold one: --rounds minus one (default: 2)",
+    )
     how.add_argument(
-        "--repeats", type=int, default=1, help="warm-cache rounds after the cold one (default: 1)"
+        "--load-bound",
+        type=float,
+        help="flag the ratios of a row whose runs saw the 1-minute load average move by "
+        "more than this (default: the number of CPU cores)",
+    )
+    how.add_argument(
+        "--spread-bound",
+        type=float,
+        default=DEFAULT_SPREAD_BOUND,
+        help="flag the ratios of a row whose rounds' ratios differ by more than this "
+        "fraction, largest over smallest (default: %(default)s)",
     )
     how.add_argument(
         "--no-shared",
@@ -170,6 +204,12 @@ def _find_batch_size(args: argparse.Namespace, backends: tuple[str, ...]) -> int
     return 0 if all(r["batch_size"] for r in results) else 1
 
 
+def _repeats(args: argparse.Namespace) -> int:
+    if args.rounds is not None:
+        return int(args.rounds) - 1
+    return 2 if args.repeats is None else int(args.repeats)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``trcomp bench`` for parsed ``args``; 1 when any measurement failed."""
     from trcomp_bench.harness import BenchOptions, default_backends, run_benchmark
@@ -186,8 +226,9 @@ def run(args: argparse.Namespace) -> int:
         options = BenchOptions(
             workloads=args.workloads, backends=backends, size=args.size,
             batch_size=args.batch_size, steps=args.steps, warmup=args.warmup,
-            repeats=args.repeats, shared=not args.no_shared, device=args.device,
+            repeats=_repeats(args), shared=not args.no_shared, device=args.device,
             model=args.model, lr=args.lr, timeout_s=args.timeout_s,
+            load_bound=args.load_bound, spread_bound=args.spread_bound,
         )  # fmt: skip
         options.specs()  # check names before starting anything
     except ValueError as exc:
@@ -198,6 +239,9 @@ def run(args: argparse.Namespace) -> int:
     print(table, end="")
     for key, error in result.errors.items():
         print(f"trcomp bench: {key} failed: {error}", file=sys.stderr)
+    for row in result.rows:
+        if row.unreliable:
+            print(f"trcomp bench: {row.workload}/{row.backend}: {row.unreliable}", file=sys.stderr)
     if args.json:
         write_json(result.rows, args.json)
     if args.markdown:

@@ -1,13 +1,15 @@
-"""Run the benchmark: one subprocess per measurement, backends interleaved.
+"""Run the benchmark: one subprocess per measurement, eager and the compilers interleaved.
 
-Order of a run (``repeats=1``): the cold round (every workload, every backend,
-each with a fresh, empty compile cache), then the warm rounds (the same runs
-again on the caches the cold round filled), then the shared round (each
-compiled backend once more, on another, empty cache dir filled only from the
-shared compile cache its cold run wrote: :mod:`trcomp_bench.shared_round`).
-Inside a round the backends of a workload run one after the other, in an order
-rotated each round, so drift on a shared machine lands on all of them alike.
-Nothing here imports torch.
+Order of a run (``repeats=2``, three rounds): the cold round (every workload,
+every backend, each with a fresh, empty compile cache), then the warm rounds
+(the same runs again on the caches the cold round filled), then the shared round
+(each compiled backend once more, on another, empty cache dir filled only from
+the shared compile cache its cold run wrote: :mod:`trcomp_bench.shared_round`).
+Inside a round the backends of a workload run back to back, in an order rotated
+each round (eager, inductor; inductor, eager; ...), and each round gives its
+own ratio against eager, so a row's ratio comes from runs seconds apart and the
+spread of its rounds shows how far to trust it (:mod:`trcomp_bench.rounds`).
+The load average is read around every run. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -24,6 +26,15 @@ from typing import Any
 
 from trcomp_bench.backends import backend_env, get_backend
 from trcomp_bench.results import Row
+from trcomp_bench.rounds import (
+    DEFAULT_SPREAD_BOUND,
+    default_load_bound,
+    judge,
+    load_average,
+    median_step,
+    round_order,
+    round_ratios,
+)
 from trcomp_bench.runs import run_capped
 from trcomp_bench.shared_round import NothingShared, Shared, engine_of, open_fresh, open_lineage
 from trcomp_bench.shared_round import share as share_cache
@@ -62,12 +73,19 @@ class BenchOptions:
     batch_size: int | None = None  # None: each workload's default
     steps: int = 30
     warmup: int = 5
-    repeats: int = 1  # warm rounds after the cold one
+    repeats: int = 2  # warm rounds after the cold one: ``rounds`` is 1 + repeats
     shared: bool = True  # the shared round: warm from a shared cache, another cache dir
     device: str = "auto"
     model: str | None = None  # a user's module:factory instead of the workloads
     lr: float = 1e-3
     timeout_s: float = 900.0
+    load_bound: float | None = None  # None: the CPU count (rounds.default_load_bound)
+    spread_bound: float = DEFAULT_SPREAD_BOUND
+
+    @property
+    def rounds(self) -> int:
+        """Rounds of eager and each compiler in turn: the cold one and the warm ones."""
+        return 1 + self.repeats
 
     def specs(self) -> list[RunSpec]:
         """One spec per (workload, backend), in workload order."""
@@ -148,13 +166,32 @@ def _max_diff(losses: Iterable[list[float]], reference: list[float]) -> float:
     return max(diffs) if diffs else 0.0
 
 
+@dataclass(frozen=True)
+class _Measured:
+    """What the rounds of one (workload, backend) gave: its runs and the load around each."""
+
+    runs: list[dict[str, Any]]
+    loads: list[list[float | None]]
+
+
 def _row(
     spec: RunSpec,
-    runs: list[dict[str, Any]],
-    eager: list[dict[str, Any]] | None,
+    measured: _Measured,
+    eager_measured: _Measured | None,
     shared: tuple[dict[str, Any] | None, dict[str, int]] | None,
+    options: BenchOptions,
 ) -> Row:
     """Fold the cold run, the warm runs and the shared run of one (workload, backend)."""
+    runs = measured.runs
+    eager = eager_measured.runs if eager_measured else None
+    round_steps = [median_step(run) for run in runs]
+    ratios = None
+    loads = [load for pair in measured.loads for load in pair]
+    if eager_measured is not None and spec.backend != "eager":
+        ratios = round_ratios([median_step(run) for run in eager_measured.runs], round_steps)
+        loads += [load for pair in eager_measured.loads for load in pair]
+    bound = default_load_bound() if options.load_bound is None else options.load_bound
+    unreliable = judge(ratios, loads, load_bound=bound, spread_bound=options.spread_bound)
     steps = [t for run in runs for t in run["step_times_s"]]
     step_s = statistics.median(steps)
     warm = [run["first_step_s"] for run in runs[1:]]
@@ -174,13 +211,9 @@ def _row(
         samples_per_s=spec.batch_size / step_s,
         peak_mem_mb=max(run["peak_mem_mb"] for run in runs), max_loss_diff=max_diff,
         first_step_shared_s=shared_run["first_step_s"] if shared_run else None,
-        shared_read=shared_read,
+        shared_read=shared_read, round_step_s=round_steps, round_load=measured.loads,
+        vs_eager_rounds=ratios, unreliable=unreliable,
     )  # fmt: skip
-
-
-def _rotate(items: list[RunSpec], by: int) -> list[RunSpec]:
-    by %= max(len(items), 1)
-    return items[by:] + items[:by]
 
 
 @dataclass
@@ -190,7 +223,7 @@ class _Rounds:
     root: Path
     run: Runner
     sharing: bool
-    results: dict[RunSpec, list[dict[str, Any]]]
+    results: dict[RunSpec, _Measured]
     errors: dict[str, str] = field(default_factory=dict)
     lineage: dict[str, Shared] = field(default_factory=dict)
     shared: dict[RunSpec, tuple[dict[str, Any] | None, dict[str, int]]] = field(
@@ -205,11 +238,13 @@ class _Rounds:
             if cold:  # the first job: opens the (empty) shared location, as a job starts
                 self.lineage[key] = open_lineage(self.root, key, spec.backend, cache, os.environ)
             env.update(self.lineage[key].environment)
+        before = load_average()
         try:
-            self.results[spec].append(self.run(spec, env))
+            self.results[spec].runs.append(self.run(spec, env))
         except RunFailed as exc:
             self.errors[key] = str(exc)
             return
+        self.results[spec].loads.append([before, load_average()])
         if cold and key in self.lineage:  # and shares what it compiled, as a job ends
             share_cache(self.lineage[key], cache)
 
@@ -259,23 +294,24 @@ def run_benchmark(
     by_workload: dict[str, list[RunSpec]] = {}
     for spec in specs:
         by_workload.setdefault(_label(spec), []).append(spec)
-    rounds = 1 + options.repeats
+    rounds = options.rounds
     sharing = [spec for spec in specs if options.shared and engine_of(spec.backend)]
     with tempfile.TemporaryDirectory(prefix="trcomp-bench-") as tmp:
-        state = _Rounds(Path(tmp), run, options.shared, {spec: [] for spec in specs})
+        measured = {spec: _Measured([], []) for spec in specs}
+        state = _Rounds(Path(tmp), run, options.shared, measured)
         total = rounds * len(specs) + len(sharing)
         bar = tqdm(total=total, disable=not progress, file=sys.stderr, unit="run")
         with bar:
             for round_no in range(rounds):
                 for workload, group in by_workload.items():
-                    for spec in _rotate(group, round_no):
+                    for spec in round_order(group, round_no):
                         key = f"{workload}/{spec.backend}"
                         bar.set_description(f"{key} {'cold' if round_no == 0 else 'warm'}")
                         if key not in state.errors:
                             state.lineage_run(spec, key, cold=round_no == 0)
                         bar.update(1)
             for workload, group in by_workload.items():
-                for spec in _rotate([s for s in group if s in sharing], rounds):
+                for spec in round_order([s for s in group if s in sharing], rounds):
                     key = f"{workload}/{spec.backend}"
                     bar.set_description(f"{key} shared")
                     if key not in state.errors:
@@ -288,5 +324,6 @@ def run_benchmark(
         eager = eager if eager and f"{_label(group[0])}/eager" not in errors else None
         for spec in group:
             if f"{_label(spec)}/{spec.backend}" not in errors:
-                rows.append(_row(spec, state.results[spec], eager, state.shared.get(spec)))
+                shared = state.shared.get(spec)
+                rows.append(_row(spec, state.results[spec], eager, shared, options))
     return BenchResult(rows, errors)

@@ -14,7 +14,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from trcomp_bench.rounds import ratio_and_spread
+
 __all__ = [
+    "ROUND_KEYS",
     "ROW_KEYS",
     "SHARED_KEYS",
     "Row",
@@ -64,6 +67,15 @@ class Row:
     where the shared round did not run (eager, ``--no-shared``, rows written
     before it existed). ``shared_read`` without a time: the read found nothing
     or the shared run failed (the benchmark's errors say which).
+
+    The rounds (:mod:`trcomp_bench.rounds`): ``round_step_s``, the median step
+    of each round's run (the cold round first); ``round_load``, the 1-minute load
+    average before and after each round's run (``[before, after]``, None where
+    the system has none); ``vs_eager_rounds``, each round's speed-up over the
+    eager run of the same round (None on eager's own row and without one); ``unreliable``, why
+    the row's ratios are not to be trusted (the load changed, or the rounds
+    disagree), None when nothing says so. All four None in rows written before
+    rounds were kept.
     """
 
     workload: str
@@ -78,23 +90,40 @@ class Row:
     max_loss_diff: float | None
     first_step_shared_s: float | None = None
     shared_read: dict[str, int] | None = None
+    round_step_s: list[float] | None = None
+    round_load: list[list[float | None]] | None = None
+    vs_eager_rounds: list[float] | None = None
+    unreliable: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Row:
         """A row from its JSON object; unknown or missing keys are an error.
 
-        The shared round's keys may be missing (rows written before it existed).
+        The keys of the shared round and of the rounds may be missing (rows
+        written before they existed).
         """
-        if not set(ROW_KEYS) - set(SHARED_KEYS) <= set(data) <= set(ROW_KEYS):
+        optional = (*SHARED_KEYS, *ROUND_KEYS)
+        if not set(ROW_KEYS) - set(optional) <= set(data) <= set(ROW_KEYS):
             raise ValueError(
                 f"a benchmark row has exactly the keys {', '.join(ROW_KEYS)} "
-                f"(those of the shared round, {', '.join(SHARED_KEYS)}, may be missing)"
+                f"(those of the shared round and the rounds, {', '.join(optional)}, "
+                "may be missing)"
             )
         return cls(**data)
+
+    def vs_eager(self, eager_step_s: float | None) -> float | None:
+        """The speed-up over eager: the median of the rounds' ratios where they were kept.
+
+        Rows written before rounds were kept: ``eager_step_s`` over this row's step.
+        """
+        if self.vs_eager_rounds:
+            return ratio_and_spread(self.vs_eager_rounds)[0]
+        return None if eager_step_s is None else eager_step_s / self.step_s
 
 
 ROW_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Row))
 SHARED_KEYS: tuple[str, ...] = ("first_step_shared_s", "shared_read")
+ROUND_KEYS: tuple[str, ...] = ("round_step_s", "round_load", "vs_eager_rounds", "unreliable")
 
 
 def write_text(path: Path, text: str) -> None:
@@ -123,35 +152,68 @@ def _num(value: float | None, fmt: str) -> str:
     return "n/a" if value is None else format(value, fmt)
 
 
-def markdown_table(rows: list[Row]) -> str:
-    """The CPU rows as a table; "vs eager" is eager's step time over this row's (>1 is faster).
+def _spread(row: Row) -> str:
+    if row.backend == "eager" or not row.vs_eager_rounds:
+        return "n/a"
+    _, low, high = ratio_and_spread(row.vs_eager_rounds)
+    return f"{low:.2f}-{high:.2f}x ({len(row.vs_eager_rounds)})"
 
+
+def _load(row: Row) -> str:
+    known = [load for pair in row.round_load or [] for load in pair if load is not None]
+    return f"{min(known):.1f}-{max(known):.1f}" if known else "n/a"
+
+
+def markdown_table(rows: list[Row]) -> str:
+    """The CPU rows as a table; "vs eager" is the speed-up over eager (>1 is faster).
+
+    With rounds (:mod:`trcomp_bench.rounds`), "vs eager" is the median of the
+    rounds' ratios, followed by their spread (smallest to largest, and how many
+    rounds), and the table ends with the 1-minute load average over the row's
+    runs and whether its ratios can be trusted ("ok", or why not). Rows written
+    before rounds were kept have neither: eager's step time over the row's.
     The shared column is there only when some row went through the shared round.
     """
     eager = _eager_step(rows)
     shared = any(r.shared_read is not None for r in rows)
+    rounds = any(r.round_step_s is not None for r in rows)
     header = (
         "workload", "backend", "device", "batch", "first step cold (s)", "first step warm (s)",
         *(("first step warm, shared (s)",) if shared else ()),
-        "step (ms)", "samples/s", "vs eager", "peak mem (MiB)", "max loss diff",
+        "step (ms)", "samples/s", "vs eager",
+        *(("vs eager, rounds min-max (n)",) if rounds else ()),
+        "peak mem (MiB)", "max loss diff",
+        *(("load avg (1 min)", "ratios") if rounds else ()),
     )  # fmt: skip
     cells = []
     for r in rows:
-        ratio = eager[r.workload] / r.step_s if r.workload in eager else None
+        ratio = r.vs_eager(eager.get(r.workload))
         cells.append((
             r.workload, r.backend, r.device, r.batch_size, f"{r.first_step_cold_s:.2f}",
             _num(r.first_step_warm_s, ".2f"),
             *((_num(r.first_step_shared_s, ".2f"),) if shared else ()),
-            f"{r.step_s * 1e3:.1f}", f"{r.samples_per_s:.0f}",
-            f"{_num(ratio, '.2f')}x", f"{r.peak_mem_mb:.0f}", _num(r.max_loss_diff, ".1e"),
+            f"{r.step_s * 1e3:.1f}", f"{r.samples_per_s:.0f}", f"{_num(ratio, '.2f')}x",
+            *((_spread(r),) if rounds else ()),
+            f"{r.peak_mem_mb:.0f}", _num(r.max_loss_diff, ".1e"),
+            *((_load(r), r.unreliable or "ok") if rounds else ()),
         ))  # fmt: skip
     return table(header, cells)
+
+
+def _error_bar(row: Row | None, ratio: float) -> tuple[float, float]:
+    """How far the rounds' smallest and largest ratio lie below and above ``ratio``."""
+    if row is None or not row.vs_eager_rounds:
+        return (0.0, 0.0)
+    _, low, high = ratio_and_spread(row.vs_eager_rounds)
+    return (ratio - low, high - ratio)
 
 
 def plot(
     rows: list[Row], path: Path, title: str = "trcomp bench: eager against each compiler"
 ) -> list[str]:
     """A two-panel PNG: steady-step speed-up over eager, and time to first step.
+
+    The speed-up bars have the rounds' spread as error bars where rounds were kept.
 
     The first-step panel has a cold and a warm bar per backend, and a shared
     bar (hatched) when some row went through the shared round. Returns that
@@ -179,8 +241,9 @@ def plot(
     for i, backend in enumerate(backends):
         xs = [w + i * width for w in range(len(workloads))]
         got = [by_key.get((w, backend)) for w in workloads]
-        ratios = [eager[r.workload] / r.step_s if r and r.workload in eager else 0 for r in got]
-        speed.bar(xs, ratios, width, label=backend)
+        ratios = [(r.vs_eager(eager.get(r.workload)) or 0) if r else 0 for r in got]
+        spreads = [_error_bar(r, ratio) for r, ratio in zip(got, ratios, strict=True)]
+        speed.bar(xs, ratios, width, label=backend, yerr=list(zip(*spreads, strict=True)))
         for k, (kind, value, style) in enumerate(kinds):
             heights = [(value(r) or 0) if r else 0 for r in got]
             if not any(heights):

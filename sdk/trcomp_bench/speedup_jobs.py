@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trcomp_bench.results import table
+from trcomp_bench.rounds import ratio_and_spread
 
 __all__ = ["JOB_SCRIPT", "main", "markdown_table", "run_workload"]
 
@@ -88,10 +89,17 @@ def run_workload(name: str, work: Path, steps: int) -> dict[str, Any]:
 
 
 def bench_ratio(bench: list[dict[str, Any]], workload: str) -> float | None:
-    """The bench's eager step time over inductor's for ``workload``."""
-    steps = {row["backend"]: row.get("step_s") for row in bench if row["workload"] == workload}
-    eager, inductor = steps.get("eager"), steps.get("inductor")
-    return eager / inductor if eager and inductor else None
+    """The bench's inductor speed-up over eager for ``workload``, as its table gives it.
+
+    The median of the rounds' ratios where the bench kept them, else eager's
+    step time over inductor's.
+    """
+    rows = {row["backend"]: row for row in bench if row["workload"] == workload}
+    inductor = rows.get("inductor") or {}
+    if inductor.get("vs_eager_rounds"):
+        return ratio_and_spread(inductor["vs_eager_rounds"])[0]
+    eager, step = (rows.get("eager") or {}).get("step_s"), inductor.get("step_s")
+    return eager / step if eager and step else None
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:

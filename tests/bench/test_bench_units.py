@@ -31,6 +31,7 @@ ISSUE_KEYS = [
     "step_s", "samples_per_s", "peak_mem_mb", "max_loss_diff",
 ]  # fmt: skip
 SHARED_ROUND_KEYS = ["first_step_shared_s", "shared_read"]  # issue 19: warm from a shared cache
+ROUNDS_KEYS = ["round_step_s", "round_load", "vs_eager_rounds", "unreliable"]  # issue 25
 
 
 def _row(backend: str, step_s: float, workload: str = "gpt2") -> Row:
@@ -59,12 +60,16 @@ def test_importing_trcomp_does_not_import_the_bench() -> None:
 
 
 def test_row_keys_are_exactly_the_issue_keys(tmp_path: Path) -> None:
-    keys = ISSUE_KEYS + SHARED_ROUND_KEYS
+    keys = ISSUE_KEYS + SHARED_ROUND_KEYS + ROUNDS_KEYS
     assert list(ROW_KEYS) == keys
     shared = replace(
         _row("inductor", 0.02, "mlp"),
         first_step_shared_s=7.5,
         shared_read={"entries": 1, "files": 4, "bytes": 900},
+        round_step_s=[0.021, 0.019],
+        round_load=[[1.5, 1.75], [None, 2.0]],
+        vs_eager_rounds=[1.4, 1.6],
+        unreliable="rounds disagree (1.40x to 1.60x, bound 10%): ratios unreliable",
     )
     rows = [_row("eager", 0.03), _row("inductor", 0.02), shared]
     write_json(rows, tmp_path / "out" / "rows.json")
@@ -79,7 +84,7 @@ def test_row_keys_are_exactly_the_issue_keys(tmp_path: Path) -> None:
 
 def test_rows_written_before_the_shared_round_read_and_render_as_before() -> None:
     old = asdict(_row("inductor", 0.02))
-    for name in SHARED_ROUND_KEYS:
+    for name in SHARED_ROUND_KEYS + ROUNDS_KEYS:
         del old[name]
     row = Row.from_dict(old)
     assert row.first_step_shared_s is None and row.shared_read is None
@@ -91,6 +96,38 @@ def test_rows_written_before_the_shared_round_read_and_render_as_before() -> Non
     assert table.splitlines()[3] == (
         "| gpt2 | inductor | cpu:2t | 8 | 20.00 | 6.00 | 20.0 | 400 | 1.50x | 900 | 1.0e-06 |"
     )
+
+
+def test_rows_with_rounds_give_the_median_ratio_its_spread_the_load_and_the_flag() -> None:
+    eager = replace(_row("eager", 0.03), round_step_s=[0.03, 0.03], round_load=[[0.5, 0.75]] * 2)
+    steady = replace(
+        _row("inductor", 0.02),
+        round_step_s=[0.02, 0.021],
+        round_load=[[0.6, 1.0], [1.1, 0.9]],
+        vs_eager_rounds=[1.4, 1.6, 1.5],
+    )
+    busy = replace(
+        _row("inductor", 0.02, "mlp"),
+        round_step_s=[0.02, 0.02],
+        round_load=[[1.0, 6.5], [6.0, 5.0]],
+        vs_eager_rounds=[7.85, 0.95],
+        unreliable="load changed (1.0 to 6.5, bound 2): ratios unreliable",
+    )
+    lines = markdown_table([eager, steady, busy]).splitlines()
+    assert lines[0] == (
+        "| workload | backend | device | batch | first step cold (s) | first step warm (s) "
+        "| step (ms) | samples/s | vs eager | vs eager, rounds min-max (n) | peak mem (MiB) "
+        "| max loss diff | load avg (1 min) | ratios |"
+    )
+    assert lines[2].endswith("| 1.00x | n/a | 900 | 1.0e-06 | 0.5-0.8 | ok |")
+    # The median of the rounds' ratios (1.5), not eager's pooled step over this one's.
+    assert lines[3].endswith("| 1.50x | 1.40-1.60x (3) | 900 | 1.0e-06 | 0.6-1.1 | ok |")
+    # No eager row for mlp: the rounds' ratios still give the ratio; the flag is shown.
+    assert lines[4].endswith(
+        "| 4.40x | 0.95-7.85x (2) | 900 | 1.0e-06 | 1.0-6.5 "
+        "| load changed (1.0 to 6.5, bound 2): ratios unreliable |"
+    )
+    assert busy.vs_eager(None) == pytest.approx((7.85 + 0.95) / 2)
 
 
 def test_the_shared_column_comes_after_the_warm_one() -> None:

@@ -13,6 +13,9 @@ def test_the_bench_ratio_is_eager_over_inductor_for_the_workload():
     ]
     assert speedup_jobs.bench_ratio(bench, "cnn") == 0.84
     assert speedup_jobs.bench_ratio(bench, "mlp") is None  # no inductor row
+    rounds = {"workload": "gpt2", "backend": "inductor", "step_s": 0.1}
+    rounds["vs_eager_rounds"] = [0.9, 7.85, 0.95]  # the median round's, as the bench's table
+    assert speedup_jobs.bench_ratio([*bench, rounds], "gpt2") == 0.95
 
 
 def test_the_table_shows_what_each_job_kept_and_what_measuring_cost():

@@ -80,8 +80,8 @@ def test_a_plain_loop_is_compiled_with_no_code_change(run, backend):
 
 
 def test_a_model_with_repeated_blocks_is_compiled_with_one_region_for_its_blocks(run):
-    # Regional compilation is on by default: four encoder layers, one region traced once, one graph.
-    job = run("plain", TrainingCompilerConfig(backend="inductor"), layers=4)
+    # regional=True: four encoder layers, one region traced once, one graph.
+    job = run("plain", TrainingCompilerConfig(backend="inductor", regional=True), layers=4)
     summary = job.summary
     (module,) = summary["ranks"][0]["autocompile"]["modules"]
     assert module["regional"] == "4 x TransformerEncoderLayer" and module["failed"] is None
@@ -92,8 +92,8 @@ def test_a_model_with_repeated_blocks_is_compiled_with_one_region_for_its_blocks
     assert close(losses(job), losses(run("plain", OFF, layers=4)))
 
 
-def test_regional_false_compiles_the_whole_model(run):
-    job = run("plain", TrainingCompilerConfig(backend="inductor", regional=False), layers=4)
+def test_by_default_the_whole_model_is_compiled(run):
+    job = run("plain", TrainingCompilerConfig(backend="inductor"), layers=4)
     (module,) = job.summary["ranks"][0]["autocompile"]["modules"]
     assert module["regional"] is None
     assert job.summary["compiled"] == "TinyLM (by trcomp, no code change); 1 graph"

@@ -106,8 +106,8 @@ def test_compile_step_is_torch_compile_under_inductor_and_the_function_otherwise
     assert float(step(torch.ones(2))) == 4.0
 
 
-@pytest.mark.parametrize("regional", [None, False])
-def test_compile_marks_repeated_blocks_unless_regional_is_false(config_env, regional):
+@pytest.mark.parametrize("regional", [True, None, False])
+def test_compile_marks_repeated_blocks_only_when_regional_is_true(config_env, regional):
     import torch
 
     config_env(enabled=True, backend="inductor", regional=regional)
@@ -116,7 +116,7 @@ def test_compile_marks_repeated_blocks_unless_regional_is_false(config_env, regi
     compiled = runtime.compile(model)
     marked = ["forward" in vars(block) for block in model.layers]
     assert type(compiled).__name__ == "OptimizedModule" and compiled._orig_mod is model
-    if regional is None:
+    if regional:
         assert marked == [True] * 3
         assert compiled.forward.describe() == "3 x TransformerEncoderLayer"
     else:

@@ -36,7 +36,7 @@ def test_regional_with_xla_is_an_error() -> None:
         TrainingCompilerConfig(backend="xla", regional=False)
 
 
-@pytest.mark.parametrize(("regional", "on"), [(None, True), (True, True), (False, False)])
+@pytest.mark.parametrize(("regional", "on"), [(None, False), (True, True), (False, False)])
 def test_the_resolved_config_says_whether_to_compile_regionally(
     regional: bool | None, on: bool
 ) -> None:

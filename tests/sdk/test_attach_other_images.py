@@ -121,3 +121,33 @@ def test_huggingface_attaches_a_job_on_an_aws_image(role: str) -> None:
     for name in ("framework_version", "pytorch_version", "py_version"):
         assert getattr(attached, name) == getattr(sdk, name), name
     assert (attached.framework_version, attached.pytorch_version) == ("4.46.1", "2.3.0")
+
+
+def test_huggingface_attaches_an_old_tensorflow_compiler_job_as_it_ran(role: str) -> None:
+    # The old Training Compiler also compiled TensorFlow. attach() rebuilds such a
+    # job as the SDK's class does: on its own image, with its tensorflow_version, and
+    # its compiler hyperparameters passed on to that image (whose compiler read them);
+    # trcomp's compiler_config stays None, since trcomp compiles PyTorch only.
+    try:
+        image = _aws_image(
+            "huggingface",
+            "4.17.0",
+            "py38",
+            base_framework_version="tensorflow2.6.3",
+            training_compiler_config=sagemaker.huggingface.TrainingCompilerConfig(),
+        )
+    except ValueError as exc:
+        pytest.skip(f"this SageMaker SDK has no URI for the old TensorFlow compiler: {exc}")
+    job = _job("old-compiler-tf-263", image, role, COMPILER_ON)
+    attached = trcomp.HuggingFace.attach(job)
+    sdk = sagemaker.huggingface.HuggingFace.attach(job)
+    # The job's own image; the SDK's class rebuilds the URI from the versions and gets
+    # huggingface-tensorflow-training, not the compiler's image that ran.
+    assert attached.training_image_uri() == image != sdk.training_image_uri()
+    for name in ("framework_version", "tensorflow_version", "pytorch_version", "py_version"):
+        assert getattr(attached, name) == getattr(sdk, name), name
+    assert (attached.tensorflow_version, attached.pytorch_version) == ("2.6.3", None)
+    assert attached.compiler_config is None
+    for key, value in COMPILER_ON.items():
+        assert attached.hyperparameters()[key] == sdk.hyperparameters()[key] == value
+    assert attached.latest_training_job.name == job

@@ -272,6 +272,56 @@ def test_tensorflow_version_with_compiler_is_refused(offline_session, role, imag
         )
 
 
+def test_tensorflow_version_says_what_would_happen(offline_session, role) -> None:
+    with pytest.raises(UnsupportedJobError) as on_ours:
+        _huggingface(offline_session, role, tensorflow_version="2.6.3", pytorch_version=None)
+    assert "its image has no TensorFlow" in str(on_ours.value)
+    assert "pytorch_version='2.9.0'" in str(on_ours.value)
+    with pytest.raises(UnsupportedJobError) as on_own:
+        _huggingface(
+            offline_session,
+            role,
+            tensorflow_version="2.6.3",
+            pytorch_version=None,
+            image_uri="me/tf:1",
+            compiler_config=TrainingCompilerConfig(),
+        )
+    message = str(on_own.value)
+    # The job keeps the user's image: it would not become a PyTorch job.
+    assert "me/tf:1" in message and "Leave compiler_config out" in message
+    assert "silently become" not in message
+
+
+@pytest.mark.parametrize("maker", [_huggingface, _pytorch])
+@pytest.mark.parametrize("image_uri", [None, "me/train:1"])
+def test_mxnet_version_is_refused_with_the_replacement(
+    offline_session, role, maker, image_uri, tmp_path, monkeypatch
+) -> None:
+    # The SDK's classes take mxnet_version in **kwargs and ignore it: the job would be
+    # PyTorch 2.9.0 without a word. Refused in the constructor, before any upload.
+    monkeypatch.setattr(
+        offline_session, "upload_data", lambda *a, **k: pytest.fail("uploaded something")
+    )
+    argument = "pytorch_version" if maker is _huggingface else "framework_version"
+    with pytest.raises(UnsupportedJobError) as caught:
+        maker(
+            offline_session,
+            role,
+            mxnet_version="1.9.0",
+            image_uri=image_uri,
+            compiler_config=TrainingCompilerConfig(),
+        )
+    message = str(caught.value)
+    assert message.startswith("mxnet_version='1.9.0': ")
+    assert f"Pass {argument}='2.9.0' instead" in message
+
+
+def test_mxnet_version_none_is_nothing(offline_session, role) -> None:
+    estimator = _huggingface(offline_session, role, mxnet_version=None)
+    assert estimator.pytorch_version == IMAGES[0].torch
+    assert not hasattr(estimator, "mxnet_version")
+
+
 def test_tensorflow_version_with_own_image_and_no_compiler_is_the_sdks(offline_session, role):
     estimator = _huggingface(
         offline_session,

@@ -95,7 +95,14 @@ def _record_step(optimizer_id: int) -> None:
     if _state.optimizer_id is None:
         _state.optimizer_id = optimizer_id
     elif optimizer_id != _state.optimizer_id:
-        return  # several optimizers (or a wrapper): count the first one's steps only
+        # Several optimizers (or a wrapper): count the first one's steps only; a script
+        # that stops stepping it (a second phase) ends the measurement window.
+        if _switch is not None:
+            try:
+                _switch.on_other_optimizer()
+            except Exception as exc:
+                _stop_measuring(exc)
+        return
     _state.steps += 1
     if _state.first_step_s is None:
         _state.first_step_s = time.time() - _START
@@ -104,8 +111,7 @@ def _record_step(optimizer_id: int) -> None:
         try:
             _switch.on_step(_state.steps, _state.compile_events, _state.clock)
         except Exception as exc:  # never break the user's script over the measurement
-            _warn(f"the eager/compiled measurement stopped: {type(exc).__name__}: {exc}")
-            _switch.probe = None
+            _stop_measuring(exc)
     with contextlib.suppress(Exception):
         count = _xla_compile_count()
         if count is not None:
@@ -114,10 +120,20 @@ def _record_step(optimizer_id: int) -> None:
             _state.xla_compiles_at_last_step = count
 
 
+def _stop_measuring(exc: Exception) -> None:
+    message = f"the eager/compiled measurement stopped: {type(exc).__name__}: {exc}"
+    _warn(message)
+    with contextlib.suppress(Exception):
+        _switch.abandon(message)  # back to compiled, whatever the window was doing
+
+
 def _on_compile_start(args: Any) -> None:
     _state.compile_started = time.perf_counter()
     if _switch is not None:
-        _switch.before_compile()
+        try:
+            _switch.before_compile()
+        except Exception as exc:
+            _warn(f"the zero-code hook stopped: {type(exc).__name__}: {exc}")
 
 
 def _on_compile_end(args: Any) -> None:
@@ -293,6 +309,7 @@ def _dump() -> None:
     try:
         if _switch is not None:
             body.update(_switch.report(time.time() - _START))
+            body["warnings"] = [*_state.warnings, *_switch.warnings]
         body["compile"] = trcomp_reports.compile_report(
             _state.compile_s, _state.compile_events, _state.recompiles
         )

@@ -9,7 +9,10 @@ engines it records why no eager comparison is possible in the same process.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import platform
 import statistics
 import sys
 from pathlib import Path
@@ -17,6 +20,7 @@ from typing import Any
 
 from trcomp_autocompile import AutoCompile, module_signature
 from trcomp_speedup import (
+    REMEASURE_AFTER,
     Decision,
     DecisionStore,
     Measurement,
@@ -24,6 +28,7 @@ from trcomp_speedup import (
     agree,
     decide,
     fingerprint,
+    memory_too_close,
     step_times,
 )
 
@@ -36,6 +41,8 @@ NO_EAGER_IN_PROCESS = {
     "op by op, not the eager PyTorch the job would otherwise run",
 }
 _STORE_FILE = Path("trcomp") / "speedup.json"
+_OTHER_OPTIMIZER_STEPS = 8  # steps of other optimizers in a row: the script changed phase
+_EXCHANGE_TIMEOUT_S = 60.0
 
 
 class Switch:
@@ -48,14 +55,17 @@ class Switch:
         self.autocompile: AutoCompile | None = None
         self.probe: SpeedupProbe | None = None
         self.decision: Decision | None = None
+        self.warnings: list[str] = []
         self._model_signature: str | None = None
         self._key: str | None = None
         self._stance = "default"
+        self._other_steps = 0
         cache = environ.get("TRCOMP_CACHE_DIR")
         self.store = DecisionStore(Path(cache) / _STORE_FILE) if cache else None
         if self.engine != "inductor":
             return
-        self.probe = SpeedupProbe()
+        if getattr(config, "measure_speedup", True):
+            self.probe = SpeedupProbe()
         if config.auto_compile:
             self.autocompile = AutoCompile(
                 torch,
@@ -63,59 +73,85 @@ class Switch:
                 fallback_eager=config.fallback == "eager",
                 regional=config.compiles_regionally,
                 on_model=self._on_model,
+                on_error=self.warnings.append,
             )
             self.autocompile.install()
 
     # -- the model --------------------------------------------------------------
 
-    def _on_model(self, module: Any) -> None:
+    def _on_model(self, module: Any, args: Any) -> None:
         if self._model_signature is not None:
             return
         self._model_signature = module_signature(module)
-        self._key = self._fingerprint()
-        stored = self.store.load(self._key) if self.store is not None else None
-        if stored is None or self.probe is None:
+        self._key = self._fingerprint(args)
+        loaded = self.store.load(self._key) if self.store is not None else None
+        if loaded is None or self.probe is None:
             return
-        # Measured by an earlier job of this lineage on the same model, config and versions.
+        stored, uses = loaded
+        if uses >= REMEASURE_AFTER:
+            return  # measured again by this job, stored afresh
+        if self.store is not None and _rank() == 0:
+            with contextlib.suppress(OSError):
+                self.store.save(self._key, stored, uses=uses + 1)
+        # Measured by an earlier job of this lineage on the same model, inputs and versions.
         self.decision = stored
         self.probe.phase = "done"
         if stored.keep == "eager":
-            self._set_stance("force_eager")
+            self._set_eager(True)
 
-    def _fingerprint(self) -> str:
+    def _fingerprint(self, args: Any) -> str:
         torch = self._torch
-        device = "cpu"
-        try:
-            if torch.cuda.is_available():
-                device = torch.cuda.get_device_name()
-        except Exception:
-            device = "unknown"
         config = self.config.model_dump(mode="json")
         config.pop("fallback_reason", None)
+        inputs = [
+            [list(arg.shape), str(arg.dtype)]
+            if isinstance(arg, torch.Tensor)
+            else type(arg).__name__
+            for arg in args
+        ]
         return fingerprint(
             {
                 "model": self._model_signature,
+                "inputs": inputs,
+                "autocast": _autocast(torch),
                 "config": config,
-                "torch": torch.__version__,
-                "device": device,
+                "versions": [torch.__version__, getattr(self.config, "trcomp_version", None)],
+                "device": _device(torch),
                 "world_size": os.environ.get("WORLD_SIZE", "1"),
-                "script": os.path.basename(sys.argv[0]) if sys.argv else "",
+                "script": list(sys.argv),
             }
         )
 
     # -- steps ------------------------------------------------------------------
 
     def before_compile(self) -> None:
-        """Dynamo starts compiling: the global hooks go first, so no graph guards on them.
+        """Dynamo starts compiling: once a trained module was seen, the global hooks go.
 
         A graph traced while they are registered would guard on their number and
-        compile again once they are removed.
+        compile again once they are removed. A compile before any trained module
+        was seen (a helper the script compiled) leaves them: the model is still to come.
         """
-        if self.autocompile is not None and self.autocompile.active:
-            self.autocompile.remove()
+        auto = self.autocompile
+        if auto is not None and auto.active and auto.saw_model:
+            auto.remove()
+
+    def on_other_optimizer(self) -> None:
+        """Another optimizer than the job's first stepped (GAN, or a second phase)."""
+        self._other_steps += 1
+        if self._other_steps < _OTHER_OPTIMIZER_STEPS or self.probe is None:
+            return
+        if self.probe.phase in ("compiled", "eager", "after") or (
+            self.probe.phase == "warmup" and self.decision is None
+        ):
+            self.probe.abandon(
+                "the script stopped stepping its first optimizer (a second phase or another "
+                "optimizer): the measurement was abandoned and the job kept compiling"
+            )
+            self._set_eager(False)
 
     def on_step(self, step: int, compile_events: int, clock: Any) -> None:
         """After optimizer step ``step`` (1-based) of the job's first optimizer."""
+        self._other_steps = 0
         if self.autocompile is not None and self.autocompile.active:
             self.autocompile.remove()
         if self.probe is None or self.probe.phase == "done":
@@ -124,30 +160,61 @@ class Switch:
         def finish(measurement: Measurement) -> str | None:
             return self._finish(measurement, clock)
 
-        stance = self.probe.on_step(step, compile_events, finish, compiled=_graphs() > 0)
-        if stance is not None:
-            self._set_stance(stance)
+        switch = self.probe.on_step(step, compile_events, finish, compiled=_graphs() > 0)
+        if switch == "eager":
+            skip = _memory_reason(self._torch)
+            if skip is not None:
+                self.probe.abandon(skip)
+                return
+        if switch is not None:
+            self._set_eager(switch == "eager")
+
+    def abandon(self, reason: str) -> None:
+        """Stop the measurement and run compiled (an error in the measurement)."""
+        if self.probe is not None:
+            self.probe.abandon(reason)
+        self._set_eager(False)
 
     def _finish(self, measurement: Measurement, clock: Any) -> str | None:
-        intervals = clock.intervals()  # one synchronization on a GPU
-        eager = step_times(intervals, measurement.eager_steps)
-        compiled = step_times(intervals, measurement.compiled_steps)
-        if not eager or not compiled:
-            if self.probe is not None:
-                self.probe.not_measured = "the step clock kept too few intervals"
-            return "default"
-        eager_s, compiled_s = agree(
-            statistics.median(eager), statistics.median(compiled), _reduce_max()
+        assert self.probe is not None
+        local: list[float] | None = None
+        problem = self.probe.usable()
+        if problem is None:
+            intervals = clock.intervals()  # one synchronization on a GPU
+            eager = step_times(intervals, measurement.eager_steps)
+            first = step_times(intervals, measurement.compiled_first)
+            again = step_times(intervals, measurement.compiled_again)
+            if eager and first and again:
+                local = [statistics.median(x) for x in (eager, first, again)]
+            else:
+                problem = "the step clock kept too few intervals"
+        figures = agree(_exchange(local))
+        if isinstance(figures, str):
+            self.probe.not_measured = problem or figures
+            return "compiled"
+        eager_s, first_s, again_s = figures
+        self.decision = decide(
+            [eager_s], [first_s], compiled_again=[again_s], keep_faster=self.config.keeps_faster
         )
-        self.decision = decide([eager_s], [compiled_s], keep_faster=self.config.keeps_faster)
-        if self.store is not None and self._key and os.environ.get("RANK", "0") == "0":
+        if self.store is not None and self._key and _rank() == 0:
             try:
                 self.store.save(self._key, self.decision)
             except OSError as exc:
                 print(f"[trcomp] could not store the speed-up decision: {exc}", file=sys.stderr)
-        return "force_eager" if self.decision.keep == "eager" else "default"
+        keep_eager = self.decision.keep == "eager"
+        self._set_eager(keep_eager)
+        return "eager" if keep_eager else "compiled"
 
-    def _set_stance(self, stance: str) -> None:
+    def _set_eager(self, eager: bool) -> None:
+        """Run the compiled modules eager or compiled from the next step.
+
+        The hook's own modules switch on their own (no global state); a model the
+        script compiled needs torch's compiler stance, restored on every way out.
+        """
+        if self.autocompile is not None and not self.autocompile.script_compiled:
+            self.autocompile.eager = eager
+            return
+        stance = "force_eager" if eager else "default"
         if stance != self._stance:
             self._torch.compiler.set_stance(stance)
             self._stance = stance
@@ -165,8 +232,10 @@ class Switch:
     def _speedup_report(self, wall_s: float) -> dict[str, Any]:
         if self.engine in NO_EAGER_IN_PROCESS:
             return {"decision": None, "not_measured": NO_EAGER_IN_PROCESS[self.engine]}
-        if self.probe is None:
+        if self.engine is None:
             return {"decision": None, "not_measured": "no compiler ran"}
+        if self.probe is None:
+            return {"decision": None, "not_measured": "measure_speedup=False: not measured"}
         measurement = self.probe.measurement
         report: dict[str, Any] = {
             "decision": self.decision.as_dict() if self.decision else None,
@@ -179,7 +248,7 @@ class Switch:
         if self.decision is None and report["not_measured"] is None:
             report["not_measured"] = (
                 f"the job ended before the measurement was done (it needs "
-                f"{self.probe.steps_needed()} optimizer steps after compiling)"
+                f"{self.probe.steps_needed()} optimizer steps)"
             )
         if self.decision is not None and self.decision.source == "measured":
             extra = len(measurement.eager_steps) * (
@@ -188,6 +257,10 @@ class Switch:
             report["cost_s"] = round(max(0.0, extra), 6)
             report["cost_share"] = round(max(0.0, extra) / wall_s, 6) if wall_s > 0 else None
         return report
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0") or 0)
 
 
 def _graphs() -> int:
@@ -199,21 +272,72 @@ def _graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-def _reduce_max() -> Any:
-    """Max across the job's ranks (torch.distributed), or None in a single process."""
+def _autocast(torch: Any) -> list[Any]:
+    state = []
+    for device in ("cpu", "cuda"):
+        try:
+            on = bool(torch.is_autocast_enabled(device))
+            state.append([device, on, str(torch.get_autocast_dtype(device)) if on else None])
+        except Exception:
+            state.append([device, None, None])
+    return state
+
+
+def _device(torch: Any) -> list[Any]:
+    """The accelerator model and count, or the CPU's: a decision is only valid on them."""
+    try:
+        if torch.cuda.is_available():
+            return ["cuda", torch.cuda.get_device_name(), torch.cuda.device_count()]
+    except Exception:
+        return ["unknown"]
+    model = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as info:
+            model = next(
+                (line.split(":", 1)[1].strip() for line in info if line.startswith("model name")),
+                model,
+            )
+    except OSError:
+        pass
+    return ["cpu", model, os.cpu_count()]
+
+
+def _memory_reason(torch: Any) -> str | None:
+    """Why the eager window is skipped on this device (memory); None to run it."""
+    try:
+        if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return None
+        device = torch.cuda.current_device()
+        peak = torch.cuda.max_memory_allocated(device)
+        total = torch.cuda.get_device_properties(device).total_memory
+    except Exception:
+        return None
+    return memory_too_close(int(peak), int(total))
+
+
+def _exchange(local: list[float] | None) -> list[list[float] | None]:
+    """Every rank's figures, through the c10d store (not the training group's collectives).
+
+    DDP may have its gradient all-reduce in flight on the training group; a
+    collective of ours there could pair with one of its own. The store is a
+    separate channel every rank already has.
+    """
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return None
+        return [local]
+    from datetime import timedelta
 
-    def reduce_max(values: list[float]) -> list[float]:
-        import torch
+    from trcomp_reports import c10d_store
 
-        device = "cpu"
-        if dist.get_backend() == "nccl":
-            device = f"cuda:{torch.cuda.current_device()}"
-        tensor = torch.tensor(values, dtype=torch.float64, device=device)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return [float(value) for value in tensor.cpu()]
-
-    return reduce_max
+    store = c10d_store()
+    if store is None:
+        return [None]
+    world = dist.get_world_size()
+    keys = [f"trcomp/speedup/{rank}" for rank in range(world)]
+    store.set(keys[dist.get_rank()], json.dumps(local))
+    try:
+        store.wait(keys, timedelta(seconds=_EXCHANGE_TIMEOUT_S))
+    except Exception:
+        return [None]
+    return [json.loads(store.get(key)) for key in keys]

@@ -50,6 +50,7 @@ _NEWER_FIELDS = (
     "auto_compile",
     "keep_faster",
     "regional",
+    "measure_speedup",
 )
 # Values echoed in error messages are cut to this many characters.
 _SHOWN_CHARS = 80
@@ -192,11 +193,22 @@ class TrainingCompilerConfig(BaseModel):
         "nn.Sequential that share one class) as one nested compile region, compiled once "
         "for every layer, then compile the model, so the cold compile grows little with "
         "the number of layers and the model stays one graph. Applies to the zero-code path "
-        "and trcomp.runtime.compile; a model without repeated blocks, or whose block is not "
-        "one graph, is compiled whole. None: on. True: on, and HF Trainer/Accelerate get "
+        "and trcomp.runtime.compile; a model without repeated blocks, whose block is not "
+        "one graph, or whose blocks have frozen parameters, buffers or activation "
+        "checkpointing (patterns where torch 2.9's regions gave wrong gradients) is compiled "
+        "whole. None: off (whole-model compile). True: on, and HF Trainer/Accelerate get "
         "Accelerate's per-block regional compilation "
         "(env `ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION`). False: whole-model compile. "
         "Inductor only.",
+    )
+
+    measure_speedup: bool = Field(
+        default=True,
+        description="Measure the job's own speed-up over eager: a few optimizer steps "
+        "(8 to 11) run eager between compiled ones, on every rank, and the summary reports "
+        "the ratio. False: no eager steps, no measurement, and keep_faster cannot apply. "
+        "The window is skipped on its own when the compiled steps' peak GPU memory is above "
+        "80% of the device's. Inductor only.",
     )
 
     @field_validator("xla_flags")
@@ -238,6 +250,7 @@ class TrainingCompilerConfig(BaseModel):
                 "inductor_options": bool(self.inductor_options),
                 "keep_faster": self.keep_faster is not None,
                 "regional": self.regional is not None,
+                "measure_speedup=False": not self.measure_speedup,
             }
             bad = [name for name, is_set in inductor_only.items() if is_set]
             if bad:
@@ -246,6 +259,11 @@ class TrainingCompilerConfig(BaseModel):
                     f"{', '.join(bad)} {verb} only for backend='inductor' (torch.compile), "
                     "but backend='xla' was chosen: drop them or set backend='inductor'"
                 )
+        if self.keep_faster is True and not self.measure_speedup:
+            raise ValueError(
+                "keep_faster=True needs the job's own eager-against-compiled measurement, "
+                "but measure_speedup=False turns it off: drop one of them"
+            )
         if self.backend == "inductor" and self.xla_engine != "auto":
             raise ValueError(
                 f"xla_engine={self.xla_engine!r} only applies to backend='xla', but "

@@ -14,6 +14,16 @@ side effect outside it such as transformers' KV cache object updated by each
 block) makes dynamo raise ``UncapturedHigherOrderOpError``; :class:`RegionalCall`
 then takes the marks off and the model is compiled whole, with the reason kept.
 
+Regions are used only where they are known to give eager's numbers. torch 2.9's
+nested compile regions gave wrong gradients under inductor for blocks with
+frozen parameters (LoRA-style adapters over a frozen base) and for blocks run
+under activation checkpointing, so :func:`unsafe_reason` keeps such blocks (and
+blocks holding buffers, which a forward may update) out of regions: the model
+is then compiled whole.
+
+A mark never enters the module's pickled state: ``torch.save(model)`` and
+``copy.deepcopy`` see the plain block (:func:`mark_regions`).
+
 Shared by :func:`trcomp.runtime.compile` and the start-up hook's zero-code
 path, which may import only the standard library and ``trcomp.contract``:
 torch is never imported here; callers pass the ``torch`` module in.
@@ -37,6 +47,7 @@ __all__ = [
     "mark_regions",
     "repeated_blocks",
     "unmark_regions",
+    "unsafe_reason",
 ]
 
 MIN_BLOCKS = 2
@@ -97,21 +108,77 @@ def _marked_forward(cls: Any, torch: Any) -> Callable[..., Any]:
     return _MARKED[cls]
 
 
-def mark_regions(module: Any, torch: Any) -> list[BlockGroup]:
+def unsafe_reason(group: BlockGroup, model: Any) -> str | None:
+    """Why ``group``'s blocks must not be nested compile regions; None when they may be.
+
+    Known wrong under inductor in torch 2.9 (reproduced without trcomp): blocks
+    with frozen parameters, blocks run under activation checkpointing. Blocks
+    holding buffers are left out too (a forward that updates a buffer, as
+    BatchNorm does, is a side effect the region would have to carry).
+    """
+    for block in group.blocks:
+        params = list(block.parameters())
+        if any(not param.requires_grad for param in params):
+            return f"{group.class_name} has frozen parameters (requires_grad=False)"
+        if next(iter(block.buffers()), None) is not None:
+            return f"{group.class_name} holds buffers (a forward may update them)"
+    for module in model.modules():
+        if getattr(module, "gradient_checkpointing", False) is True:
+            return f"{type(module).__name__} uses gradient checkpointing"
+    for cls in {type(module) for module in model.modules()}:
+        if _calls_checkpoint(cls):
+            return f"{cls.__name__}.forward calls activation checkpointing"
+    return None
+
+
+def _calls_checkpoint(cls: type) -> bool:
+    """Whether ``cls.forward``'s code names torch.utils.checkpoint's functions."""
+    forward = getattr(cls, "forward", None)
+    code = getattr(forward, "__code__", None)
+    if code is None or "torch/nn/modules" in code.co_filename:
+        return False
+    # HF's `gradient_checkpointing` flags are read by unsafe_reason from the modules.
+    names = set(code.co_names) | set(code.co_varnames)
+    return any(
+        name == "checkpoint" or name.startswith("checkpoint_") or name.endswith("_checkpoint")
+        for name in names
+    )
+
+
+def _drop_marks(block: Any) -> dict[str, Any]:
+    # Bound as the block's __getstate__ while it is marked: pickling and deepcopy
+    # see the plain block (nn.Module.__getstate__ does the same for Module.compile).
+    state = type(block).__getstate__(block)
+    for name in _MARK_ATTRS:
+        state.pop(name, None)
+    return state
+
+
+_MARK_ATTRS = ("forward", "__getstate__")
+
+
+def mark_regions(module: Any, torch: Any, *, skipped: list[str] | None = None) -> list[BlockGroup]:
     """Mark each repeated block's forward as a nested compile region; the groups marked.
 
-    The mark is an instance attribute ``forward`` bound to the block (a copy made
-    with ``copy.deepcopy`` is bound to the copy); eager calls go straight to the
-    class's forward. A group whose blocks already carry an instance ``forward``
-    (another library's wrapper) is left alone.
+    The mark is an instance attribute ``forward`` bound to the block; eager calls
+    go straight to the class's forward. It is left out of the block's pickled
+    state, so a saved or copied model is the plain one. A group whose blocks
+    already carry an instance ``forward`` (another library's wrapper), or for
+    which :func:`unsafe_reason` has a reason (appended to ``skipped``), is left alone.
     """
     marked = []
     for group in repeated_blocks(module, torch):
         if any("forward" in vars(block) for block in group.blocks):
             continue
+        reason = unsafe_reason(group, module)
+        if reason is not None:
+            if skipped is not None:
+                skipped.append(reason)
+            continue
         region = _marked_forward(type(group.blocks[0]), torch)
         for block in group.blocks:
             block.forward = MethodType(region, block)
+            object.__setattr__(block, "__getstate__", MethodType(_drop_marks, block))
         marked.append(group)
     return marked
 
@@ -120,7 +187,8 @@ def unmark_regions(groups: list[BlockGroup]) -> None:
     """Take the marks of :func:`mark_regions` off: each block calls its class's forward again."""
     for group in groups:
         for block in group.blocks:
-            vars(block).pop("forward", None)
+            for name in _MARK_ATTRS:
+                vars(block).pop(name, None)
 
 
 def entered(module: Any) -> Callable[..., Any]:
@@ -173,16 +241,26 @@ class RegionalCall:
 
 
 def compile_in_place(
-    module: Any, torch: Any, compile_kwargs: dict[str, Any], *, regional: bool
+    module: Any,
+    torch: Any,
+    compile_kwargs: dict[str, Any],
+    *,
+    regional: bool,
+    call: Callable[..., Any] | None = None,
 ) -> RegionalCall:
     """Mark ``module``'s repeated blocks (when ``regional``) and compile its call.
 
-    The result is to be set as ``module._compiled_call_impl`` (what
-    ``nn.Module.compile`` does, through :func:`entered`), so the module keeps
-    its class, ``state_dict`` keys and hooks.
+    ``call`` is the function to compile (default :func:`entered`). The result is
+    to be set as ``module._compiled_call_impl`` (what ``nn.Module.compile``
+    does), so the module keeps its class, ``state_dict`` keys and hooks.
     """
-    groups = mark_regions(module, torch) if regional else []
-    return RegionalCall(torch.compile(entered(module), **compile_kwargs), groups, torch)
+    skipped: list[str] = []
+    groups = mark_regions(module, torch, skipped=skipped) if regional else []
+    compiled = torch.compile(call or entered(module), **compile_kwargs)
+    result = RegionalCall(compiled, groups, torch)
+    if skipped and not groups:
+        result.unmarked = "; ".join(skipped)[:_REASON_CHARS]
+    return result
 
 
 def compile_wrapped(module: Any, torch: Any, compile_kwargs: dict[str, Any]) -> Any:
@@ -192,7 +270,10 @@ def compile_wrapped(module: Any, torch: Any, compile_kwargs: dict[str, Any]) -> 
     becomes a :class:`RegionalCall`, so an uncapturable block falls back to the
     whole model; with none, it is plain ``torch.compile(module)``.
     """
-    groups = mark_regions(module, torch)
+    skipped: list[str] = []
+    groups = mark_regions(module, torch, skipped=skipped)
+    for reason in skipped:
+        _LOG.warning("regional compilation off, compiling the whole model: %s", reason)
     optimized = torch.compile(module, **compile_kwargs)
     if groups:
         optimized.forward = RegionalCall(optimized.forward, groups, torch)

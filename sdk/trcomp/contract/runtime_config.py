@@ -67,6 +67,7 @@ class RuntimeConfig(BaseModel):
     shared_cache_timeout_s: float = 5.0
     shared_cache_insecure: bool = False
     regional: bool | None = None
+    measure_speedup: bool = True
     requested_backend: Backend = Field(
         default="auto", description="The config's backend, before `auto` was resolved."
     )
@@ -95,9 +96,10 @@ class RuntimeConfig(BaseModel):
     def compiles_regionally(self) -> bool:
         """Whether repeated blocks are marked as nested compile regions (``regional``).
 
-        ``regional`` when set; None means on (see docs/configuration.md for the measurement).
+        Only when ``regional=True``: None means off, because torch 2.9's nested compile
+        regions gave wrong gradients for some blocks (docs/configuration.md).
         """
-        return self.regional is not False
+        return self.regional is True
 
     def compile_kwargs(self) -> dict[str, Any]:
         """The ``torch.compile`` arguments: only what differs from its defaults (pure)."""

@@ -1,0 +1,28 @@
+"""Pattern: a script that compiles its own model (model = torch.compile(model))."""
+
+import torch
+from corpus_report import Report
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+torch.manual_seed(0)
+model = torch.compile(Net())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+data = [(torch.randn(8, 8), torch.randn(8, 1)) for _ in range(20)]
+report = Report()
+for x, y in data:
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    report.step(loss)
+report.save()

@@ -1,0 +1,371 @@
+"""Do no harm: every corpus script trains the same under the default switch as with it off.
+
+Each script in tests/container/corpus/ is a pattern users write (its docstring
+says which). It runs twice as a child process, in the environment the
+container builds (``build_environment``, so the real start-up hook): with the
+compiler off, and under the default ``TrainingCompilerConfig()`` resolved for
+this CPU host (inductor). Then:
+
+- both exit 0 (the off run proves the script itself is correct);
+- the per-step losses and the script's other checked values (eval losses,
+  reloaded outputs, running statistics) agree within :data:`FP32_TOLERANCE`,
+  or the script's entry in :data:`TOLERANCE` (bf16);
+- the hook's record says truthfully what ran compiled: each step's loss says
+  whether its autograd graph went through compiled code (corpus_report.py),
+  and that ground truth is held against the record's ``autocompile`` section
+  and its ``speedup`` decision (:func:`untruths`).
+
+A handful also run as real process-mode jobs through ``trcomp.PyTorch``.
+Every run shares one inductor cache per session (cold on the session's first
+run of each graph); set ``TORCHINDUCTOR_CACHE_DIR`` to keep one between
+sessions while editing. The table of results (pattern, loss difference, what
+was compiled, what was kept) is written to ``$TRCOMP_CORPUS_TABLE``, default
+``corpus-table.md`` in pytest's base temp dir, for a closing note.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import jobs
+from tests.helpers.records import RANKS, compilations, read_records, records_in_members
+from trcomp import TrainingCompilerConfig
+from trcomp_container.backends import resolve_backend
+from trcomp_container.devices import Devices
+from trcomp_container.environment import build_environment
+from trcomp_container.job import JobPaths
+
+pytestmark = pytest.mark.slow
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+SCRIPTS = sorted(p.name for p in CORPUS.glob("*.py") if p.name != "corpus_report.py")
+OFF = TrainingCompilerConfig(enabled=False)
+DEFAULT = TrainingCompilerConfig()
+CPU = Devices()
+FP32_TOLERANCE = 1e-4
+# bf16 keeps 8 significant bits: one rounding of a loss near 1.4 moves it by up to 2^-8
+# (3.9e-3). Inductor fuses the autocast region and rounds to bf16 at other points than
+# eager's op-by-op kernels, so each step's loss may differ by a few such roundings, and
+# training carries them into the weights; a real defect (a wrong gradient) moves losses
+# by 1e-1 within a few steps.
+TOLERANCE = {"autocast_bf16.py": 2e-2}
+# The hook may leave these eager (as long as its record says so and why); every other
+# script's model must run compiled code by the end of the job.
+MAY_STAY_EAGER = {
+    "data_parallel_cpu.py": "issue 24: no compiled module under nn.DataParallel",
+    "changing_unroll.py": "dynamo's recompile limit: a new graph for every loop count",
+}
+# What the record must say about the scripts the hook leaves eager.
+MUST_SAY = {
+    "data_parallel_cpu.py": lambda auto: any(
+        "DataParallel" in why for why in (auto.get("skipped") or {}).values()
+    ),
+    "changing_unroll.py": lambda auto: any(
+        (m.get("limit") or "").startswith("recompile_limit") and m.get("ran_compiled") is False
+        for m in auto.get("modules", [])
+    ),
+}
+RUN_TIMEOUT_S = 600
+
+
+@dataclass
+class Run:
+    """One run of a corpus script: exit code, output, its report and the hook's records."""
+
+    returncode: int
+    output: str
+    wall_s: float
+    report: dict[str, Any] | None
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+def pattern(script: str) -> str:
+    """The first line of the script's docstring, less its ``Pattern:`` prefix."""
+    doc = ast.get_docstring(ast.parse((CORPUS / script).read_text())) or script
+    return doc.splitlines()[0].removeprefix("Pattern:").strip()
+
+
+def start(base: Path, script: str, config: TrainingCompilerConfig, cache: Path) -> Any:
+    """Start ``script`` as the container would run it under ``config``, on this CPU host."""
+    paths = JobPaths.under(base)
+    for directory in (paths.model, paths.output_data, paths.code):
+        directory.mkdir(parents=True, exist_ok=True)
+    base_env = {
+        **jobs.job_env(base),
+        "SM_MODEL_DIR": str(paths.model),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache),
+        "CORPUS_OUT": str(base / "corpus.json"),
+    }
+    env = build_environment(
+        config=config,
+        backend=resolve_backend(config, CPU),
+        devices=CPU,
+        paths=paths,
+        base_env=base_env,
+        metrics_dir=paths.output / RANKS,
+        scratch_dir=base / "scratch",
+    )
+    command = [sys.executable, str(CORPUS / script)]
+    child = subprocess.Popen(
+        command, env=env, cwd=base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    return child, base, time.monotonic()
+
+
+def finish(started: Any) -> Run:
+    child, base, began = started
+    try:
+        output, _ = child.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        output, _ = child.communicate()
+        output += f"\n[corpus] killed after {RUN_TIMEOUT_S} s"
+    report_path = base / "corpus.json"
+    report = json.loads(report_path.read_text()) if report_path.exists() else None
+    return Run(
+        child.returncode,
+        output,
+        time.monotonic() - began,
+        report,
+        read_records(base / "output"),
+    )
+
+
+@pytest.fixture(scope="session")
+def inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    kept = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    return Path(kept) if kept else tmp_path_factory.mktemp("corpus-inductor-cache")
+
+
+@pytest.fixture(scope="session")
+def corpus_runs(tmp_path_factory: pytest.TempPathFactory, inductor_cache: Path):
+    """``runs(script, *configs)``: one run per config (default: off, then default), started
+    at once; each (script, config) runs once per session."""
+    done: dict[tuple[str, str], Run] = {}
+
+    def runs(script: str, *configs: str) -> list[Run]:
+        wanted = [c for c in configs or ("off", "default") if (script, c) not in done]
+        started = {
+            name: start(
+                tmp_path_factory.mktemp(f"{script.removesuffix('.py')}-{name}"),
+                script,
+                OFF if name == "off" else DEFAULT,
+                inductor_cache,
+            )
+            for name in wanted
+        }
+        for name, child in started.items():
+            done[script, name] = finish(child)
+        return [done[script, c] for c in configs or ("off", "default")]
+
+    return runs
+
+
+@pytest.fixture(scope="session")
+def table(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, str]]]:
+    """The results, one row per script, written as markdown when the session ends."""
+    rows: dict[str, dict[str, str]] = {}
+    yield rows
+    if not rows:
+        return
+    target = Path(
+        os.environ.get("TRCOMP_CORPUS_TABLE") or tmp_path_factory.getbasetemp() / "corpus-table.md"
+    )
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:  # one table per pytest-xdist worker, each with the rows it ran
+        target = target.with_name(f"{target.stem}-{worker}{target.suffix}")
+    columns = ["script", "pattern", "max loss diff", "compiled", "kept", "s (off/default)"]
+    lines = [
+        "| " + " | ".join([*columns, "result"]) + " |",
+        "|" + "---|" * (len(columns) + 1),
+    ]
+    for name in sorted(rows):
+        row = rows[name]
+        cells = [row.get(column, "") for column in [*columns, "result"]]
+        lines.append("| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |")
+    target.write_text("\n".join(lines) + "\n")
+    print(f"\n[corpus] table written to {target}")
+
+
+# -- comparing the two runs ------------------------------------------------------------
+
+
+def max_diff(off: dict[str, Any], default: dict[str, Any]) -> float:
+    """The largest difference between the runs' per-step losses and checked values."""
+    if len(off["losses"]) != len(default["losses"]):
+        return float("inf")
+    pairs = [
+        (a, b)
+        for step_a, step_b in zip(off["losses"], default["losses"], strict=True)
+        for a, b in zip(step_a, step_b, strict=True)
+    ]
+    for name, values in off["checks"].items():
+        other = default["checks"].get(name, [])
+        if len(other) != len(values):
+            return float("inf")
+        pairs += list(zip(values, other, strict=True))
+    return max(abs(a - b) for a, b in pairs)
+
+
+def first_drift(off: dict[str, Any], default: dict[str, Any], tolerance: float) -> str:
+    for step, (a, b) in enumerate(zip(off["losses"], default["losses"], strict=False), 1):
+        worst = max(abs(x - y) for x, y in zip(a, b, strict=True))
+        if worst > tolerance:
+            return f"step {step}: off {a} default {b}"
+    differing = {k: v for k, v in default["checks"].items() if v != off["checks"].get(k)}
+    return "checked values differ: " + json.dumps(differing)[:300]
+
+
+# -- holding the record against what ran -----------------------------------------------
+
+
+def the_record(run: Run) -> dict[str, Any]:
+    (record,) = run.records  # the script's one process
+    return record
+
+
+def claimed(record: dict[str, Any]) -> list[str]:
+    """What the record says ran compiled: the hook's modules that did not fail, the script's."""
+    auto = record.get("autocompile") or {}
+    hooked = [
+        m["module"]
+        for m in auto.get("modules", [])
+        if not m.get("failed") and m.get("ran_compiled", True)
+    ]
+    return hooked + list(auto.get("script_compiled", []))
+
+
+def kept(record: dict[str, Any]) -> str | None:
+    """The speed-up decision's ``keep`` (None: no decision, the compiled code stays)."""
+    decision = (record.get("speedup") or {}).get("decision")
+    return decision["keep"] if decision else None
+
+
+def untruths(script: str, report: dict[str, Any], record: dict[str, Any]) -> list[str]:
+    """Where the hook's record disagrees with what the script's steps ran (empty: truthful)."""
+    problems = []
+    if record.get("autocompile") is None:
+        return ["the record has no autocompile section under the default config"]
+    says = claimed(record)
+    keep = kept(record)
+    flags = [[f for f in step if f is not None] for step in report["compiled"]]
+    ran_any = any(any(step) for step in flags)
+    last = next((step for step in reversed(flags) if step), None)
+    if says and compilations(record) == 0:
+        problems.append(f"lists {says} as compiled but counted no compilation")
+    if last is not None:
+        if any(last) and keep == "eager":
+            problems.append("says it kept eager, but the last step ran compiled code")
+        if any(last) and not says:
+            problems.append("the last step ran compiled code, but the record lists nothing")
+        if not any(last) and says and keep != "eager":
+            problems.append(
+                f"lists {says} as compiled (kept {keep or 'compiled'}), but the last step ran eager"
+            )
+    if script in MUST_SAY and not MUST_SAY[script](record["autocompile"]):
+        problems.append(f"the record does not say why it stayed eager ({MAY_STAY_EAGER[script]})")
+    if script not in MAY_STAY_EAGER:
+        if not says:
+            auto = record["autocompile"]
+            problems.append(f"nothing compiled; skipped: {auto.get('skipped')}")
+        elif last is not None and not ran_any:
+            problems.append("no step ran compiled code")
+    return problems
+
+
+def describe(record: dict[str, Any]) -> tuple[str, str]:
+    """The table's ``compiled`` and ``kept`` cells for one record."""
+    auto = record.get("autocompile") or {}
+    parts = []
+    for module in auto.get("modules", []):
+        regional = f", regional {module['regional']}" if module.get("regional") else ""
+        failed = f" FAILED ({module['failed'][:60]})" if module.get("failed") else ""
+        parts.append(f"{module['module']}{regional}{failed}")
+    parts += [f"{name} (by the script)" for name in auto.get("script_compiled", [])]
+    parts += [f"skipped {name}: {why}" for name, why in auto.get("skipped", {}).items()]
+    speedup = record.get("speedup") or {}
+    keep = kept(record)
+    keep_cell = keep or f"not measured: {(speedup.get('not_measured') or '')[:60]}"
+    return "; ".join(parts) or "nothing", keep_cell
+
+
+def tail(run: Run) -> str:
+    return run.output[-3000:]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_the_default_switch_trains_the_script_as_the_compiler_off_does(
+    script: str, corpus_runs, table
+) -> None:
+    off, default = corpus_runs(script)
+    row = table.setdefault(script, {"script": script, "pattern": pattern(script)})
+    row["s (off/default)"] = f"{off.wall_s:.0f}/{default.wall_s:.0f}"
+    row["result"] = "FAIL"
+    assert off.returncode == 0 and off.report, f"the script fails eager:\n{tail(off)}"
+    if default.returncode != 0 or default.report is None:
+        row["result"] = "FAIL: crashed: " + (default.output.strip().splitlines() or [""])[-1]
+        pytest.fail(f"crashed under the default config:\n{tail(default)}")
+    tolerance = TOLERANCE.get(script, FP32_TOLERANCE)
+    diff = max_diff(off.report, default.report)
+    record = the_record(default)
+    row["max loss diff"] = f"{diff:.1e}"
+    row["compiled"], row["kept"] = describe(record)
+    problems = untruths(script, default.report, record)
+    if diff > tolerance:
+        problems.insert(0, f"losses differ by {diff:.2e} > {tolerance:g}: " + first_drift(
+            off.report, default.report, tolerance))  # fmt: skip
+    row["result"] = "PASS" if not problems else "FAIL: " + "; ".join(problems)
+    assert not problems, "\n".join(problems)
+
+
+# -- a handful as real jobs ------------------------------------------------------------
+
+AS_JOBS = ["mlp_loop.py", "lora_adapters.py", "two_phase_optimizers.py"]
+
+
+@pytest.mark.parametrize("script", AS_JOBS)
+def test_a_real_process_mode_job_trains_as_the_compiler_off_run(
+    script: str, corpus_runs, tmp_path: Path, role: str
+) -> None:
+    from trcomp import PyTorch  # the SDK: sagemaker is imported only here
+
+    (off,) = corpus_runs(script, "off")
+    assert off.returncode == 0 and off.report, tail(off)
+    name = script.removesuffix(".py").replace("_", "-")
+    estimator = PyTorch(
+        entry_point=script,
+        source_dir=str(CORPUS),
+        role=role,
+        instance_type="local_process",
+        instance_count=1,
+        output_path=f"file://{tmp_path / 'out'}",
+        compiler_config=DEFAULT,
+    )
+    estimator.fit(wait=True, job_name=f"corpus-{name}")
+    out = tmp_path / "out" / f"corpus-{name}" / "output"
+    with tarfile.open(out / "model.tar.gz") as tar:
+        report = json.load(tar.extractfile("corpus.json"))  # type: ignore[arg-type]
+    with tarfile.open(out / "output.tar.gz") as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+    (record,) = records_in_members(members)
+    summary = json.load(io.BytesIO(members["data/compiler/summary.json"]))
+    assert summary["outcome"] == "success"
+    diff = max_diff(off.report, report)
+    problems = untruths(script, report, record)
+    if diff > FP32_TOLERANCE:
+        problems.insert(0, f"losses differ by {diff:.2e}: " + first_drift(
+            off.report, report, FP32_TOLERANCE))  # fmt: skip
+    assert not problems, "\n".join(problems)
