@@ -112,7 +112,11 @@ def test_four_jobs_at_once_on_an_empty_shared_cache_all_succeed(services, tmp_pa
     config = _config(uri)
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         runs = list(pool.map(lambda i: _job(tmp_path, f"at-once-{i}", config), range(4)))
-    assert all(run.summary["shared_cache"]["files_written"] > 0 for run in runs)
+    facts = [run.summary["shared_cache"] for run in runs]
+    # A job that started after another had written may find its entry and add nothing.
+    assert all(f["files_written"] > 0 or f["files_read"] > 0 for f in facts), facts
+    written = [f for f in facts if f.get("entry_written")]
+    assert written and not any(f.get("write_budget_hit") for f in facts)
     # Every entry they wrote is whole: a reader takes them all, skips none.
     reader = open_shared_cache(
         uri,
@@ -121,9 +125,10 @@ def test_four_jobs_at_once_on_an_empty_shared_cache_all_succeed(services, tmp_pa
         live=tmp_path / "reader" / "live",
         environ={},
         remote_job=False,
+        timeout_s=TIMEOUT_S,
     )
-    assert reader.facts["entries_found"] == 4
-    assert reader.facts["entries_read"] == 4 and reader.facts["entries_skipped"] == 0
+    assert reader.facts["entries_found"] == len(written)
+    assert reader.facts["entries_read"] == len(written) and reader.facts["entries_skipped"] == 0
 
 
 def test_a_damaged_entry_is_skipped_and_the_job_compiles_cold(services, tmp_path):
