@@ -3,7 +3,8 @@
 Two things, both decided before the start-up check compiles anything:
 
 - the shared cache (``shared_cache=``): read into the live cache dir, with the
-  compatibility set of this host (:func:`open_for_job`);
+  compatibility set of this host, written back by the job's first host only
+  (:func:`open_for_job`);
 - the variables the user's process gets for it, and ``TORCH_COMPILE_JOB_ID``
   for inductor's profile-guided dynamic shapes (:func:`cache_variables`).
 """
@@ -40,6 +41,8 @@ def open_for_job(
     if region and not environ.get("AWS_REGION"):
         environ["AWS_REGION"] = region
     local = job.instance_type in (PROCESS_MODE, *DOCKER_LOCAL_MODES) or not job.instance_type
+    # One entry per job: the first host writes it (the torchrun master, launch.py).
+    writer = not job.hosts or job.current_host == sorted(job.hosts)[0]
     return open_shared_cache(
         config.shared_cache,
         compat=compat,
@@ -48,6 +51,9 @@ def open_for_job(
         environ=environ,
         remote_job=not local,
         gpu=devices.gpus > 0,
+        timeout_s=config.shared_cache_timeout_s,
+        insecure=config.shared_cache_insecure,
+        writer=writer,
     )
 
 

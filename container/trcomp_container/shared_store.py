@@ -5,11 +5,16 @@ once and never changed, so both stores only list, get and put whole objects:
 
 - :class:`DirectoryStore` writes a temp file next to the entry and renames it
   into place, so a reader sees a whole entry or none (POSIX rename; NFS and
-  EFS keep it atomic within a directory);
+  EFS keep it atomic within a directory). The directory must be this user's
+  and writable by no one else (:func:`~trcomp.contract.shared_trust.check_directory`);
 - :class:`S3Store` puts each entry with one PutObject (S3 makes an object
   visible only once all of it is stored). Every call names the job's account
-  as ``ExpectedBucketOwner``, and the bucket's owner is checked first
-  (:func:`trcomp.contract.shared_cache.check_bucket_owner`).
+  as ``ExpectedBucketOwner``; the bucket's owner and its public access are
+  checked first (:mod:`trcomp.contract.shared_trust`). Every AWS call has a
+  connect and a read timeout and at most two attempts (:func:`aws_config`).
+
+A store call that hangs anyway (a file system that stopped answering) is
+bounded by the caller's wall-clock budget (:mod:`trcomp_container.shared_cache`).
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from trcomp.contract.shared_cache import SharedCacheLocation, check_bucket_owner
+from trcomp.contract.shared_trust import check_bucket_private, check_directory
 
-__all__ = ["DirectoryStore", "S3Store", "Store", "open_store"]
+__all__ = ["DirectoryStore", "S3Store", "Store", "aws_config", "open_store"]
 
 # Temp files of a DirectoryStore's writes start with this; listings skip them.
 _PARTIAL = ".partial-"
@@ -44,12 +50,26 @@ class Store(Protocol):
         """Store the file ``source`` as the entry ``name``, atomically."""
 
 
+def aws_config(timeout_s: float) -> Any:
+    """botocore settings for every shared-cache call: bounded connect, read and retries."""
+    from botocore.config import Config
+
+    seconds = max(1.0, min(timeout_s, 60.0))
+    return Config(
+        connect_timeout=seconds,
+        read_timeout=seconds,
+        retries={"max_attempts": 2, "mode": "standard"},
+    )
+
+
 class DirectoryStore:
     """Entries as files in ``<path>/<key>/`` (a shared file system or a local directory)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.where = str(root)
+        check_directory(root.parent, where="in the job")  # the location, then its set's
+        check_directory(root, where="in the job")
 
     def names(self) -> list[tuple[str, int]]:
         if not self.root.is_dir():
@@ -68,10 +88,12 @@ class DirectoryStore:
         shutil.copyfile(self.root / name, dest)
 
     def put(self, name: str, source: Path) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
+        check_directory(self.root, where="in the job")
         partial = self.root / f"{_PARTIAL}{uuid.uuid4().hex}"
         try:
             shutil.copyfile(source, partial)
+            partial.chmod(0o644)
             os.replace(partial, self.root / name)
         finally:
             partial.unlink(missing_ok=True)
@@ -80,16 +102,21 @@ class DirectoryStore:
 class S3Store:
     """Entries as objects under ``s3://<bucket>/<prefix>/<key>/``, with the job's credentials."""
 
-    def __init__(self, location: SharedCacheLocation, key: str, region: str | None) -> None:
+    def __init__(
+        self, location: SharedCacheLocation, key: str, region: str | None, timeout_s: float
+    ) -> None:
         import boto3
 
         session = boto3.session.Session(region_name=region or None)
-        self.s3: Any = session.client("s3")
-        self.account = str(session.client("sts").get_caller_identity()["Account"])
+        config = aws_config(timeout_s)
+        self.s3: Any = session.client("s3", config=config)
+        sts = session.client("sts", config=config)
+        self.account = str(sts.get_caller_identity()["Account"])
         self.bucket = location.bucket
         self.prefix = "/".join(filter(None, [location.prefix, key])) + "/"
         self.where = f"s3://{self.bucket}/{self.prefix}"
         check_bucket_owner(self.s3, self.bucket, self.account, where="in the job")
+        check_bucket_private(self.s3, self.bucket, self.account, where="in the job")
 
     def names(self) -> list[tuple[str, int]]:
         found = []
@@ -120,11 +147,13 @@ class S3Store:
             )
 
 
-def open_store(location: SharedCacheLocation, key: str, environ: Mapping[str, str]) -> Store:
-    """The store of ``location`` for the compatibility set ``key``."""
+def open_store(
+    location: SharedCacheLocation, key: str, environ: Mapping[str, str], *, timeout_s: float = 5.0
+) -> Store:
+    """The store of ``location`` for the compatibility set ``key``; each call ``timeout_s``."""
     if location.kind == "s3":
         region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
-        return S3Store(location, key, region)
+        return S3Store(location, key, region, timeout_s)
     if location.kind == "file":
         return DirectoryStore(Path(location.path) / key)
     raise ValueError(f"{location.kind}:// keeps no entries of its own (inductor talks to it)")

@@ -138,7 +138,12 @@ def prepare_remote_job(spec: JobSpec, estimator: EstimatorBase) -> JobSpec:
     """
     session = estimator.sagemaker_session
     check_no_credentials(estimator.hyperparameters(), spec.environment, credential_values(session))
-    check_shared_cache(spec.compiler_config, mode="remote", boto_session=session.boto_session)
+    check_shared_cache(
+        spec.compiler_config,
+        mode="remote",
+        boto_session=session.boto_session,
+        environment=spec.environment,
+    )
     uri = default_checkpoint_uri(spec, session)
     if uri is None:
         return spec

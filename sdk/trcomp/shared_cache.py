@@ -4,37 +4,67 @@ Every run mode calls :func:`check_shared_cache` in ``fit()``, before anything
 is created or uploaded: an ``s3://`` bucket must be owned by the account of the
 credentials the job uses (the caller's: in process mode and Docker local mode
 they are the job's too; for a SageMaker job the execution role is of the same
-account), and a ``file://`` directory must be writable in process mode. The
-container checks the bucket again with the job's own credentials.
+account) and private; a ``file://`` directory must be writable in process
+mode, and writable by no one but this user; a SageMaker job's secrets
+(the shared cache key, the Redis password) may travel only as Secrets
+Manager references, since SageMaker shows a job's environment in clear text.
+The container checks the bucket and the directory again with the job's own
+credentials.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from trcomp.contract.config import TrainingCompilerConfig
 from trcomp.contract.errors import LocalModeError, SharedCacheError
-from trcomp.contract.shared_cache import check_bucket_owner, parse_location
+from trcomp.contract.shared_cache import (
+    KEY_ENV,
+    KEY_SECRET_ENV,
+    REDIS_PASSWORD_ENV,
+    REDIS_PASSWORD_SECRET_ENV,
+    check_bucket_owner,
+    parse_location,
+)
+from trcomp.contract.shared_trust import check_bucket_private, check_directory
 
 __all__ = ["check_shared_cache"]
 
+_IN_CLEAR = {KEY_ENV: KEY_SECRET_ENV, REDIS_PASSWORD_ENV: REDIS_PASSWORD_SECRET_ENV}
+
 
 def check_shared_cache(
-    config: TrainingCompilerConfig | None, *, mode: str, boto_session: Any = None
+    config: TrainingCompilerConfig | None,
+    *,
+    mode: str,
+    boto_session: Any = None,
+    environment: Mapping[str, Any] | None = None,
 ) -> None:
     """Refuse a shared cache the job could not use, or must not trust.
 
     ``mode`` is ``"process"``, ``"docker"`` or ``"remote"``; ``boto_session``
-    the boto3 session whose credentials the job gets (default: a new one).
+    the boto3 session whose credentials the job gets (default: a new one);
+    ``environment`` the job's ``environment=``.
     """
     if config is None or not config.enabled or not config.shared_cache:
         return
     location = parse_location(config.shared_cache)
+    if mode == "remote":
+        for name, reference in _IN_CLEAR.items():
+            if name in (environment or {}):
+                raise SharedCacheError(
+                    f"environment variable {name!r} holds a shared cache secret in clear text; "
+                    "SageMaker stores a job's environment as it is sent (DescribeTrainingJob "
+                    f"shows it). Store it in AWS Secrets Manager and pass its ARN as {reference}"
+                    " instead: the job reads it with its execution role."
+                )
     if location.kind == "file" and mode == "process":
         from trcomp.local.job_checks import check_writable
 
         check_writable(Path(location.path), "shared_cache")
+        check_directory(Path(location.path), where="before the job started")
     elif location.kind == "file" and mode == "docker":
         raise LocalModeError(
             f"shared_cache {location.shown} is a directory of this machine, which Docker local "
@@ -52,7 +82,10 @@ def _check_bucket(bucket: str, boto_session: Any) -> None:
     session = boto_session or boto3.session.Session()
     try:
         account = str(session.client("sts").get_caller_identity()["Account"])
-        check_bucket_owner(session.client("s3"), bucket, account, where="before the job started")
+        s3 = session.client("s3")
+        where = "before the job started"
+        check_bucket_owner(s3, bucket, account, where=where)
+        check_bucket_private(s3, bucket, account, where=where)
     except (ClientError, BotoCoreError) as exc:
         raise SharedCacheError(
             f"cannot check who owns the shared_cache bucket {bucket!r}: {exc}. The job needs "

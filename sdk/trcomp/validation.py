@@ -18,7 +18,7 @@ from trcomp.contract.distribution import (
     REFUSED_DISTRIBUTIONS,
     enabled_distributions,
 )
-from trcomp.contract.errors import CompilerConfigWarning, UnsupportedJobError
+from trcomp.contract.errors import CompilerConfigWarning, SharedCacheError, UnsupportedJobError
 from trcomp.contract.instances import (
     DOCKER_LOCAL_MODES,
     MIN_COMPUTE_CAPABILITY,
@@ -26,7 +26,13 @@ from trcomp.contract.instances import (
     describe_instance,
     supported_gpu_families,
 )
-from trcomp.contract.shared_cache import parse_location
+from trcomp.contract.shared_cache import (
+    KEY_ENV,
+    KEY_SECRET_ENV,
+    REDIS_PASSWORD_ENV,
+    REDIS_PASSWORD_SECRET_ENV,
+    parse_location,
+)
 from trcomp.jobspec import JobSpec
 
 __all__ = ["validate_job"]
@@ -185,14 +191,41 @@ def _check_shared_cache(config: TrainingCompilerConfig, spec: JobSpec, issued: l
     if not config.shared_cache or spec.instance_type in (PROCESS_MODE, *DOCKER_LOCAL_MODES):
         return
     location = parse_location(config.shared_cache)
-    if location.kind == "redis" and not location.has_auth:
+    environment = spec.environment or {}
+    if location.kind != "redis":
+        if KEY_SECRET_ENV not in environment and KEY_ENV not in environment:
+            _warn(
+                f"shared_cache {location.shown} has no signing key: its entries are trusted "
+                "because of where they are, so any principal that may write there (a role "
+                "shared by several teams) can put code there that this job runs. Store a key in "
+                f"AWS Secrets Manager and pass its ARN as environment={{'{KEY_SECRET_ENV}': ...}} "
+                "(docs/remote.md).",
+                issued,
+            )
+        return
+    has_password = REDIS_PASSWORD_SECRET_ENV in environment or REDIS_PASSWORD_ENV in environment
+    missing = [
+        what
+        for what, absent in (("TLS (rediss://)", not location.tls), ("password", not has_password))
+        if absent
+    ]
+    if not missing:
+        return
+    if config.shared_cache_insecure:
         _warn(
-            f"shared_cache {location.shown} has no password: a compile cache is code, and "
-            "anyone who reaches that Redis can put code there that every job reading it runs. "
-            "Use redis://:password@host:port (or rediss:// with TLS) on a network only your "
-            "jobs reach (docs/remote.md).",
+            f"shared_cache {location.shown} has no {' and no '.join(missing)} "
+            "(shared_cache_insecure=True): keep that Redis on a network only your jobs reach.",
             issued,
         )
+        return
+    raise SharedCacheError(
+        f"shared_cache {location.shown} has no {' and no '.join(missing)}: a compile cache is "
+        "code, and anyone who reaches that Redis could put code there that every job reading "
+        f"it runs. Use rediss://host:port and pass the password as a Secrets Manager secret "
+        f"ARN in environment={{'{REDIS_PASSWORD_SECRET_ENV}': ...}}; or, for a Redis on a "
+        "network only your jobs reach, set TrainingCompilerConfig(shared_cache_insecure=True) "
+        "(docs/remote.md)."
+    )
 
 
 def _check_observers(spec: JobSpec, issued: list[str]) -> None:

@@ -39,6 +39,7 @@ __all__ = ["NothingShared", "Shared", "engine_of", "open_fresh", "open_lineage",
 # Under the bench's temporary root; workload directories never start with a dot.
 _STORES = ".shared-store"
 _FRESH = ".shared-live"
+_BUDGET_S = 600.0
 
 
 class NothingShared(RuntimeError):
@@ -84,8 +85,15 @@ def _safe(key: str) -> str:
 def _open(uri: str, engine: str, live: Path, environ: Mapping[str, str]) -> SharedCache:
     from trcomp_container.shared_cache import open_shared_cache
 
+    # A local directory: the measurement must see the whole cache, never a budget cut short.
     return open_shared_cache(
-        uri, compat=_compat(engine), engine=engine, live=live, environ=environ, remote_job=False
+        uri,
+        compat=_compat(engine),
+        engine=engine,
+        live=live,
+        environ=environ,
+        remote_job=False,
+        timeout_s=_BUDGET_S,
     )
 
 

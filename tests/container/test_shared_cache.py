@@ -162,10 +162,16 @@ def test_a_location_that_cannot_work_is_refused_with_what_to_write(uri, says):
     assert "secret" not in str(caught.value)
 
 
-def test_a_redis_password_is_never_shown():
-    location = parse_location("redis://:secret@cache-host:6379/0")
-    assert location.has_auth and "secret" not in location.shown
-    assert (location.host, location.port) == ("cache-host", 6379)
+@pytest.mark.parametrize(
+    "uri", ["redis://:hunter2pw@cache-host:6379/0", "rediss://u:hunter2pw@h:1"]
+)
+def test_a_redis_password_in_the_uri_is_refused_and_never_shown(uri):
+    with pytest.raises(ValueError, match="holds a password") as caught:
+        parse_location(uri)
+    assert "hunter2pw" not in str(caught.value) and "TRCOMP_REDIS_PASSWORD" in str(caught.value)
+    location = parse_location("rediss://ci-user@cache-host:6379/2")
+    assert (location.host, location.port, location.db) == ("cache-host", 6379, 2)
+    assert location.tls and location.username == "ci-user"
 
 
 @pytest.fixture(scope="module")
@@ -206,8 +212,9 @@ def test_s3_entries_carry_the_expected_bucket_owner_and_a_foreign_bucket_is_refu
 def test_environment_doc_names_every_variable_the_shared_cache_sets(tmp_path):
     import re
 
+    from trcomp.contract import shared_cache as contract
     from trcomp_container.backends.inductor import pgo_environment
-    from trcomp_container.shared_cache import MAX_READ_BYTES_ENV, redis_environment
+    from trcomp_container.shared_cache import redis_environment
 
     docs = Path(__file__).resolve().parents[2] / "docs" / "environment.md"
     documented = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", docs.read_text()))
@@ -216,7 +223,7 @@ def test_environment_doc_names_every_variable_the_shared_cache_sets(tmp_path):
         *redis_environment(parse_location("redis://h:1"), gpu=True),
         *pgo_environment("s3://b/p", "train.py"),
         *jax,
-        MAX_READ_BYTES_ENV,
+        *(getattr(contract, name) for name in contract.__all__ if name.endswith("_ENV")),
     }
     assert names - documented == set()
 

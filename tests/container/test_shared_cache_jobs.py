@@ -1,21 +1,24 @@
 """Done-when of the shared compile cache, with real jobs through the real entrypoint.
 
 For each store (a shared directory, S3 through a moto server, a real
-redis-server) a first job fills the shared cache and a second job, with
-another job name and another checkpoint location, reads it. Then: four jobs
-at once on an empty cache, a bucket of another account, the jax engine, and
+redis-server, one with a password and TLS) a first job fills the shared cache
+and a second job, with another job name and another checkpoint location,
+reads it. Then: four jobs at once on an empty cache, a bucket of another
+account, a store that hangs, a malformed read limit, the jax engine, and
 dynamo's profile-guided dynamic shapes kept across jobs.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import shutil
 
 import pytest
 
 from tests.helpers import jobs
 from tests.helpers.aws import OTHER_ACCOUNT, aws_environment, create_bucket, moto_server
+from tests.helpers.hung_server import hung_server
 from tests.helpers.redis_server import redis_server
 from trcomp.config import TrainingCompilerConfig
 from trcomp_container.cache_key import compat_set
@@ -25,6 +28,9 @@ from trcomp_container.shared_cache import open_shared_cache
 pytestmark = pytest.mark.slow
 
 LOOP_HPS = {"steps": 8}
+# Generous: the 2-core test machine may be busy; the budget itself is tested with a hung store.
+TIMEOUT_S = 60.0
+REDIS_PASSWORD = "job-redis-pw-81b2"
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +38,15 @@ def services(tmp_path_factory):
     """A moto server with the team's bucket and another account's, and a redis-server."""
 
     tmp = tmp_path_factory.mktemp("services")
-    with moto_server(tmp) as moto, aws_environment(moto.url) as aws, redis_server(tmp) as redis:
+    with (
+        moto_server(tmp) as moto,
+        aws_environment(moto.url) as aws,
+        redis_server(tmp) as redis,
+        redis_server(tmp, password=REDIS_PASSWORD, tls=True) as tls_redis,
+    ):
         create_bucket("team-cache")
         create_bucket("someone-elses-cache", account=OTHER_ACCOUNT)
-        yield {"aws": aws, "redis": redis, "tmp": tmp}
+        yield {"aws": aws, "redis": redis.url, "rediss": tls_redis, "tmp": tmp}
 
 
 def _uri(kind: str, services) -> str:
@@ -43,7 +54,15 @@ def _uri(kind: str, services) -> str:
         "file": f"file://{services['tmp'] / 'shared-dir'}",
         "s3": "s3://team-cache/compile-cache",
         "redis": services["redis"],
+        "rediss": services["rediss"].url,
     }[kind]
+
+
+def _env(kind: str, services) -> dict[str, str]:
+    if kind != "rediss":
+        return {}
+    server = services["rediss"]
+    return {"TRCOMP_REDIS_PASSWORD": server.password, "TRCOMP_REDIS_CA_CERTS": server.ca_certs}
 
 
 def _job(base, name: str, config: TrainingCompilerConfig, entry_point: str = "loop.py", **env):
@@ -58,20 +77,27 @@ def _job(base, name: str, config: TrainingCompilerConfig, entry_point: str = "lo
     return run
 
 
-@pytest.mark.parametrize("kind", ["file", "s3", "redis"])
+def _config(uri: str, **fields) -> TrainingCompilerConfig:
+    fields.setdefault("shared_cache_timeout_s", TIMEOUT_S)
+    return TrainingCompilerConfig(backend="inductor", shared_cache=uri, **fields)
+
+
+@pytest.mark.parametrize("kind", ["file", "s3", "redis", "rediss"])
 def test_a_second_job_elsewhere_compiles_nothing_from_the_shared_cache(
     kind, services, tmp_path, record_property
 ):
-    config = TrainingCompilerConfig(backend="inductor", shared_cache=_uri(kind, services))
-    cold = _job(tmp_path, f"first-{kind}", config)
-    warm = _job(tmp_path, f"second-{kind}", config)  # its own tree: its own checkpoints
+    config = _config(_uri(kind, services))
+    env = _env(kind, services)
+    cold = _job(tmp_path, f"first-{kind}", config, **env)
+    warm = _job(tmp_path, f"second-{kind}", config, **env)  # its own tree: its own checkpoints
     cold_cache, warm_cache = (run.summary["ranks"][0]["compile_cache"] for run in (cold, warm))
     assert cold_cache["fxgraph_miss"] > 0 and cold_cache["fxgraph_hit"] == 0
     assert warm_cache["fxgraph_hit"] > 0 and warm_cache["fxgraph_miss"] == 0
     assert cold.summary["cache_warm"] is False and warm.summary["cache_warm"] is True
     shared = warm.summary["shared_cache"]
-    assert shared["kind"] == kind and shared["warm"] is True
-    if kind != "redis":
+    assert shared["kind"] == {"rediss": "redis"}.get(kind, kind) and shared["warm"] is True
+    assert REDIS_PASSWORD not in json.dumps([cold.summary, warm.summary])
+    if not kind.startswith("redis"):
         assert cold.summary["shared_cache"]["files_written"] > 0
         assert shared["files_read"] == cold.summary["shared_cache"]["files_written"]
         assert shared["bytes_read"] > 0 and shared["files_written"] == 0
@@ -83,10 +109,14 @@ def test_a_second_job_elsewhere_compiles_nothing_from_the_shared_cache(
 
 def test_four_jobs_at_once_on_an_empty_shared_cache_all_succeed(services, tmp_path):
     uri = f"file://{tmp_path / 'empty-shared'}"
-    config = TrainingCompilerConfig(backend="inductor", shared_cache=uri)
+    config = _config(uri)
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         runs = list(pool.map(lambda i: _job(tmp_path, f"at-once-{i}", config), range(4)))
-    assert all(run.summary["shared_cache"]["files_written"] > 0 for run in runs)
+    facts = [run.summary["shared_cache"] for run in runs]
+    # A job that started after another had written may find its entry and add nothing.
+    assert all(f["files_written"] > 0 or f["files_read"] > 0 for f in facts), facts
+    written = [f for f in facts if f.get("entry_written")]
+    assert written and not any(f.get("write_budget_hit") for f in facts)
     # Every entry they wrote is whole: a reader takes them all, skips none.
     reader = open_shared_cache(
         uri,
@@ -95,14 +125,15 @@ def test_four_jobs_at_once_on_an_empty_shared_cache_all_succeed(services, tmp_pa
         live=tmp_path / "reader" / "live",
         environ={},
         remote_job=False,
+        timeout_s=TIMEOUT_S,
     )
-    assert reader.facts["entries_found"] == 4
-    assert reader.facts["entries_read"] == 4 and reader.facts["entries_skipped"] == 0
+    assert reader.facts["entries_found"] == len(written)
+    assert reader.facts["entries_read"] == len(written) and reader.facts["entries_skipped"] == 0
 
 
 def test_a_damaged_entry_is_skipped_and_the_job_compiles_cold(services, tmp_path):
     uri = f"file://{tmp_path / 'damaged'}"
-    config = TrainingCompilerConfig(backend="inductor", shared_cache=uri)
+    config = _config(uri)
     _job(tmp_path, "writer", config)
     (entry,) = (p for p in (tmp_path / "damaged").rglob("*.tar.gz"))
     entry.write_bytes(entry.read_bytes()[: entry.stat().st_size // 2])
@@ -123,10 +154,38 @@ def test_a_bucket_of_another_account_fails_the_job_before_the_script_runs(servic
     assert not (tmp_path / "model" / "loss.json").exists()  # the script never ran
 
 
+def test_a_hung_store_delays_a_job_by_at_most_the_budget(services, tmp_path):
+    config = _config("s3://team-cache/hung", shared_cache_timeout_s=2)
+    with hung_server() as (port, accepted):
+        run = _job(tmp_path, "hung-s3", config, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+    assert accepted, "the job never reached the hung endpoint"
+    shared = run.summary["shared_cache"]
+    assert shared["read_budget_hit"] is True and shared["entries_read"] == 0
+    assert run.summary["cache_warm"] is False and "files_written" not in shared
+    assert any("shared_cache_timeout_s=2" in w for w in run.summary["warnings"])
+
+
+def test_a_malformed_read_limit_fails_the_job_with_the_config_error(services, tmp_path):
+    config = _config(_uri("file", services))
+    run = jobs.run_job(
+        tmp_path,
+        config=config,
+        entry_point="loop.py",
+        hyperparameters=LOOP_HPS,
+        env={"TRCOMP_SHARED_CACHE_MAX_READ_BYTES": "4GiB"},
+    )
+    assert run.returncode == ExitCode.CONFIG
+    assert "TRCOMP_SHARED_CACHE_MAX_READ_BYTES='4GiB'" in (run.failure or "")
+    assert not (tmp_path / "model" / "loss.json").exists()  # the script never ran
+
+
 @pytest.mark.parametrize("kind", ["file", "s3"])
 def test_the_jax_engine_reads_its_programs_from_the_shared_cache(kind, services, tmp_path):
     config = TrainingCompilerConfig(
-        backend="xla", xla_engine="jax", shared_cache=_uri(kind, services) + "-jax"
+        backend="xla",
+        xla_engine="jax",
+        shared_cache=_uri(kind, services) + "-jax",
+        shared_cache_timeout_s=TIMEOUT_S,
     )
     pytest.importorskip("torchax")
     cold = _job(tmp_path, f"jax-first-{kind}", config, entry_point="jax_loop.py")
@@ -154,7 +213,7 @@ def test_a_second_job_of_a_varying_length_loop_recompiles_less(tmp_path):
 def test_dynamic_shape_decisions_travel_through_the_shared_cache(tmp_path):
     """The PGO state under the shared location's job id: another checkpoint location, same gain."""
     uri = f"file://{tmp_path / 'shared-pgo'}"
-    config = TrainingCompilerConfig(backend="inductor", shared_cache=uri)
+    config = _config(uri)
     first = _job(tmp_path, "pgo-shared-first", config, entry_point="varlen.py")
     second = _job(tmp_path, "pgo-shared-second", config, entry_point="varlen.py")
     assert first.metrics["recompiles"] >= 1

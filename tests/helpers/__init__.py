@@ -5,7 +5,8 @@
 - ``jobs``: the toolkit's ``train`` run on a temporary /opt/ml tree.
 - ``hook``: a child process under the in-process metrics hook; hook modules by path.
 - ``records``: the hook's per-rank records of a job, and the compilations they count.
-- ``redis_server``: a real ``redis-server`` on a free port of 127.0.0.1.
+- ``redis_server``: a real ``redis-server`` on a free port of 127.0.0.1 (password, TLS).
+- ``hung_server``: a socket that accepts and never answers (a store that hangs).
 - ``commands``: stand-in command-line tools (a fake ``docker``) on a PATH of their own.
 
 Fixtures stay in ``conftest.py`` files and may call these. pytest puts the repository

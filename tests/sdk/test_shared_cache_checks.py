@@ -23,7 +23,12 @@ from tests.helpers.aws import (
     create_sagemaker_role,
     moto_server,
 )
-from trcomp.contract.errors import CompilerConfigWarning, LocalModeError, SharedCacheError
+from trcomp.contract.errors import (
+    CompilerConfigError,
+    CompilerConfigWarning,
+    LocalModeError,
+    SharedCacheError,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +49,9 @@ def role(moto: MotoServer) -> str:
     return create_sagemaker_role("trcomp-shared-cache")
 
 
-def _estimator(tmp: Path, role: str, uri: str, instance_type: str, **kwargs):
+def _estimator(
+    tmp: Path, role: str, uri: str, instance_type: str, *, insecure: bool = False, **kwargs
+):
     (tmp / "src").mkdir(exist_ok=True)
     (tmp / "src" / "train.py").write_text("print('trained')\n")
     return trcomp.PyTorch(
@@ -53,7 +60,9 @@ def _estimator(tmp: Path, role: str, uri: str, instance_type: str, **kwargs):
         role=role,
         instance_type=instance_type,
         instance_count=1,
-        compiler_config=trcomp.TrainingCompilerConfig(backend="inductor", shared_cache=uri),
+        compiler_config=trcomp.TrainingCompilerConfig(
+            backend="inductor", shared_cache=uri, shared_cache_insecure=insecure
+        ),
         **kwargs,
     )
 
@@ -90,13 +99,89 @@ def test_a_remote_job_with_its_own_accounts_bucket_is_submitted_with_the_locatio
     assert config["shared_cache"] == OWN
 
 
-def test_a_redis_cache_without_a_password_warns_for_a_remote_job_only(moto, role, tmp_path):
-    with pytest.warns(CompilerConfigWarning, match="has no password"):
-        _estimator(tmp_path, role, "redis://cache.internal:6379", "ml.g5.xlarge")
+SECRET_ARN = "arn:aws:secretsmanager:us-west-2:123456789012:secret:team-redis-AbCdEf"
+
+
+@pytest.mark.parametrize(
+    ("uri", "environment", "says"),
+    [
+        ("redis://cache.internal:6379", {"TRCOMP_REDIS_PASSWORD_SECRET": SECRET_ARN}, "no TLS"),
+        ("rediss://cache.internal:6379", {}, "no password"),
+    ],
+)
+def test_a_remote_jobs_redis_needs_tls_and_a_password_unless_opted_out(
+    moto, role, tmp_path, uri, environment, says
+):
+    with pytest.raises(SharedCacheError, match=says) as caught:
+        _estimator(tmp_path, role, uri, "ml.g5.xlarge", environment=environment)
+    assert "shared_cache_insecure=True" in str(caught.value)
+    with pytest.warns(CompilerConfigWarning, match="shared_cache_insecure=True"):
+        _estimator(tmp_path, role, uri, "ml.g5.xlarge", environment=environment, insecure=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error", CompilerConfigWarning)
-        _estimator(tmp_path, role, "redis://:pw@cache.internal:6379", "ml.g5.xlarge")
-        _estimator(tmp_path, role, "redis://127.0.0.1:6379", "local_process")
+        _estimator(tmp_path, role, uri, "local_process")  # local modes: no refusal
+
+
+def test_a_remote_jobs_redis_password_never_travels_with_the_job(moto, role, tmp_path):
+    with pytest.raises(CompilerConfigError, match="holds a password"):
+        _estimator(tmp_path, role, "rediss://:hunter2pw@cache.internal:6379", "ml.g5.xlarge")
+    clear = _estimator(
+        tmp_path, role, "rediss://cache.internal:6379", "ml.g5.xlarge",
+        environment={"TRCOMP_REDIS_PASSWORD": "hunter2pw"},
+    )  # fmt: skip
+    before = len(moto.json_requests("CreateTrainingJob"))
+    with pytest.raises(SharedCacheError, match="TRCOMP_REDIS_PASSWORD_SECRET") as caught:
+        clear.fit(wait=False, job_name="clear-password")
+    assert "hunter2pw" not in str(caught.value)
+    assert len(moto.json_requests("CreateTrainingJob")) == before
+    estimator = _estimator(
+        tmp_path, role, "rediss://cache.internal:6379", "ml.g5.xlarge",
+        environment={"TRCOMP_REDIS_PASSWORD_SECRET": SECRET_ARN},
+    )  # fmt: skip
+    estimator.fit(wait=False, job_name="secret-password")
+    (sent,) = [
+        r
+        for r in moto.json_requests("CreateTrainingJob")
+        if r["TrainingJobName"] == "secret-password"
+    ]
+    assert "hunter2pw" not in json.dumps(sent)
+    assert sent["Environment"]["TRCOMP_REDIS_PASSWORD_SECRET"] == SECRET_ARN
+
+
+def test_a_remote_job_without_a_signing_key_is_warned(moto, role, tmp_path):
+    with pytest.warns(CompilerConfigWarning, match="has no signing key"):
+        _estimator(tmp_path, role, OWN, "ml.g5.xlarge")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompilerConfigWarning)
+        _estimator(
+            tmp_path, role, OWN, "ml.g5.xlarge",
+            environment={"TRCOMP_SHARED_CACHE_KEY_SECRET": SECRET_ARN},
+        )  # fmt: skip
+
+
+def test_a_public_bucket_of_the_callers_account_is_refused_before_the_job(moto, role, tmp_path):
+    import boto3
+
+    create_bucket("public-team-cache")
+    boto3.client("s3").put_bucket_acl(Bucket="public-team-cache", ACL="public-read-write")
+    before = len(moto.json_requests("CreateTrainingJob"))
+    estimator = _estimator(tmp_path, role, "s3://public-team-cache/c", "ml.g5.xlarge")
+    with pytest.raises(SharedCacheError, match="before the job started"):
+        estimator.fit(wait=False)
+    assert len(moto.json_requests("CreateTrainingJob")) == before
+
+
+def test_a_directory_others_can_write_is_refused_before_a_process_job(moto, role, tmp_path):
+    shared = tmp_path / "team-cache"
+    shared.mkdir()
+    shared.chmod(0o777)
+    out = tmp_path / "out"
+    estimator = _estimator(
+        tmp_path, role, f"file://{shared}", "local_process", output_path=f"file://{out}"
+    )
+    with pytest.raises(SharedCacheError, match="writable by group or others"):
+        estimator.fit(job_name="open-dir")
+    assert not out.exists()
 
 
 def test_local_directories_are_checked_where_they_can_be_used(moto, role, tmp_path):

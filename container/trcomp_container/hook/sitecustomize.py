@@ -14,7 +14,9 @@ and hooks in only when the script itself imports torch:
 - under inductor, the one switch (``trcomp_switch``): compile a plain loop's
   model (``trcomp_autocompile``) and measure eager against compiled steps,
   keeping the faster when asked (``trcomp_speedup``);
-- on GPU hosts, torch-xla's device calls stop the script (``trcomp_xla_guard``).
+- on GPU hosts, torch-xla's device calls stop the script (``trcomp_xla_guard``);
+- a Redis shared cache that stops answering turns inductor's remote cache off
+  instead of failing the compile (``trcomp_redis_guard``).
 
 At exit each process that stepped, compiled or failed writes
 ``<TRCOMP_METRICS_DIR>/rank<RANK>-pid<PID>.json``; the entrypoint aggregates
@@ -194,6 +196,16 @@ def _after_codecache(codecache: ModuleType) -> None:
         setattr(codecache, "_HEADER_LOCK_DIR", os.path.join(headers, "locks"))  # noqa: B010
 
 
+def _after_remote_cache(remote_cache: ModuleType) -> None:
+    from trcomp_redis_guard import guard_redis_backend
+
+    if os.environ.get("TORCHINDUCTOR_REDIS_URL") and not guard_redis_backend(remote_cache, _warn):
+        _warn(
+            "torch has no RedisRemoteCacheBackend._get/_put: a Redis that stops answering "
+            "fails the compile"
+        )
+
+
 def _after_dynamo(dynamo: ModuleType) -> None:
     global _record_step
     import torch._dynamo.config as dynamo_config
@@ -333,6 +345,7 @@ if os.environ.get("TRCOMP_METRICS_DIR"):
                 "torch": _after_torch,
                 "torch._dynamo": _after_dynamo,
                 "torch._inductor.codecache": _after_codecache,
+                "torch._inductor.remote_cache": _after_remote_cache,
                 "torch_xla": _after_torch_xla,
             }
         ),

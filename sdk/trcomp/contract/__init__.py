@@ -16,7 +16,9 @@ dependencies. ``tests/contract/test_boundaries.py`` enforces that.
 - :mod:`~trcomp.contract.limits`: SageMaker's hyperparameter limits.
 - :mod:`~trcomp.contract.instances`: the instance and GPU catalog.
 - :mod:`~trcomp.contract.metrics`: metric names, log lines and their regexes.
-- :mod:`~trcomp.contract.shared_cache`: the shared compile cache's location, bucket owner check.
+- :mod:`~trcomp.contract.shared_cache`: the shared compile cache's location, its environment
+  variables, bucket owner check.
+- :mod:`~trcomp.contract.shared_trust`: who may write it: private buckets, directories of this user.
 - :mod:`~trcomp.contract.proctree`: how a job's process tree is stopped (signals, grace).
 """
 

@@ -45,6 +45,8 @@ _INDUCTOR_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _NEWER_FIELDS = (
     "xla_engine",
     "shared_cache",
+    "shared_cache_timeout_s",
+    "shared_cache_insecure",
     "auto_compile",
     "keep_faster",
     "regional",
@@ -150,6 +152,22 @@ class TrainingCompilerConfig(BaseModel):
         "local directory in local modes) or `redis://host:port` (inductor's remote caches). "
         "Read when the job starts, written when it succeeds; with `cache` on too, the shared "
         "cache is read first, the checkpoint location second. See docs/remote.md.",
+    )
+    shared_cache_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=600,
+        description="The most seconds the shared cache's read at the start and its write at "
+        "the end may each take (every store call included): past it the job starts with what "
+        "was read by then (cold, if nothing), or ends without sharing, and the summary says "
+        "so (`read_budget_hit`, `write_budget_hit`). A hung store never makes a job wait.",
+    )
+    shared_cache_insecure: bool = Field(
+        default=False,
+        description="Let a SageMaker job use a Redis shared cache without TLS (`redis://`) or "
+        "without a password. Off: such a job is refused before it starts, because anyone "
+        "who reaches that Redis could put code there that every job reading it runs. Turn "
+        "it on only for a Redis on a network no one but your jobs reaches (docs/remote.md).",
     )
 
     auto_compile: bool = Field(

@@ -62,8 +62,10 @@ class RuntimeConfig(BaseModel):
     auto_compile: bool = True
     keep_faster: bool | None = None
     shared_cache: str | None = Field(
-        default=None, description="The config's shared_cache, a Redis password shown as ***."
+        default=None, description="The config's shared_cache (a URI never holds a password)."
     )
+    shared_cache_timeout_s: float = 5.0
+    shared_cache_insecure: bool = False
     regional: bool | None = None
     measure_speedup: bool = True
     requested_backend: Backend = Field(

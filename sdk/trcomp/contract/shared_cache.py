@@ -7,7 +7,10 @@ it takes boto3 clients made by the caller, so this module imports no AWS code.
 
 A compile cache is code: inductor, triton and JAX load what they find there
 and run it. Whoever can write the location can run code in every job that
-reads it, so an S3 bucket must belong to the job's own account.
+reads it, so an S3 bucket must belong to the job's own account and block
+public access (:mod:`trcomp.contract.shared_trust`), a Redis password never travels
+in the URI (it would sit in the job's hyperparameters), and entries may be
+signed with a key of the team (:data:`KEY_ENV`; docs/remote.md).
 """
 
 from __future__ import annotations
@@ -20,11 +23,32 @@ from urllib.parse import unquote, urlsplit
 from trcomp.contract.errors import SharedCacheError
 
 __all__ = [
+    "KEY_ENV",
+    "KEY_SECRET_ENV",
+    "MAX_READ_BYTES_ENV",
+    "REDIS_CA_ENV",
+    "REDIS_PASSWORD_ENV",
+    "REDIS_PASSWORD_SECRET_ENV",
     "SCHEMES",
     "SharedCacheLocation",
     "check_bucket_owner",
+    "error_code",
     "parse_location",
 ]
+
+# The job's environment, never its hyperparameters (DescribeTrainingJob shows those).
+KEY_ENV = "TRCOMP_SHARED_CACHE_KEY"
+"""The team's key: entries are signed with it, and only entries signed with it are read."""
+KEY_SECRET_ENV = "TRCOMP_SHARED_CACHE_KEY_SECRET"
+"""A Secrets Manager secret (ARN or name) holding the key, read with the job's role."""
+REDIS_PASSWORD_ENV = "TRCOMP_REDIS_PASSWORD"
+"""The Redis password (``AUTH``) of a ``redis://``/``rediss://`` shared cache."""
+REDIS_PASSWORD_SECRET_ENV = "TRCOMP_REDIS_PASSWORD_SECRET"
+"""A Secrets Manager secret (ARN or name) holding the Redis password."""
+REDIS_CA_ENV = "TRCOMP_REDIS_CA_CERTS"
+"""A CA bundle (PEM file in the job) that a ``rediss://`` server's certificate is checked with."""
+MAX_READ_BYTES_ENV = "TRCOMP_SHARED_CACHE_MAX_READ_BYTES"
+"""At most this many unpacked bytes of entries are read when a job starts."""
 
 SCHEMES = ("s3", "file", "redis", "rediss")
 Kind = Literal["s3", "file", "redis"]
@@ -44,8 +68,9 @@ class SharedCacheLocation:
 
     ``kind`` is ``s3``, ``file`` or ``redis`` (``rediss://`` is Redis over TLS).
     For S3: ``bucket`` and ``prefix`` (no leading or trailing slash). For a
-    directory: ``path``. For Redis: ``host``, ``port`` and ``has_auth`` (a
-    password in the URI). ``shown`` is the URI without its password, for logs.
+    directory: ``path``. For Redis: ``host``, ``port``, ``username`` (an ACL
+    user, or ""), ``db`` and ``tls`` (``rediss://``); the password is never in
+    the URI (:data:`REDIS_PASSWORD_ENV`). ``shown`` is the URI, for logs.
     """
 
     uri: str
@@ -56,7 +81,9 @@ class SharedCacheLocation:
     path: str = ""
     host: str = ""
     port: int = 0
-    has_auth: bool = False
+    username: str = ""
+    db: int = 0
+    tls: bool = False
 
 
 def parse_location(uri: str) -> SharedCacheLocation:
@@ -123,31 +150,41 @@ def _redis(uri: str, parts: Any) -> SharedCacheLocation:
     if not parts.hostname or port is None:
         raise ValueError(
             f"shared_cache {_shown(_without_password(uri, parts))} needs a host and a port: "
-            "write redis://host:6379 (or redis://:password@host:6379)"
+            "write rediss://host:6379 (TLS) or redis://host:6379"
         )
     if parts.path not in ("", "/") and not re.fullmatch(r"/\d{1,2}", parts.path):
         raise ValueError(
             f"shared_cache {_shown(_without_password(uri, parts))}: the path must be a "
             "database number (redis://host:6379/0) or nothing"
         )
+    if parts.password is not None:
+        raise ValueError(
+            f"shared_cache {_shown(_without_password(uri, parts))} holds a password: the URI is "
+            "stored in the job's hyperparameters, which DescribeTrainingJob shows to anyone who "
+            f"may read the job. Drop it from the URI and give the job {REDIS_PASSWORD_SECRET_ENV}"
+            f" (a Secrets Manager secret) or, in local modes, {REDIS_PASSWORD_ENV} "
+            "(docs/remote.md)"
+        )
     return SharedCacheLocation(
         uri=uri,
         kind="redis",
-        shown=_without_password(uri, parts),
+        shown=uri,
         host=parts.hostname,
         port=int(port),
-        has_auth=bool(parts.password),
+        username=unquote(parts.username or ""),
+        db=int(parts.path.strip("/") or 0),
+        tls=uri.lower().startswith("rediss://"),
     )
 
 
 def _without_password(uri: str, parts: Any) -> str:
-    if not parts.password:
+    if parts.password is None:
         return uri
     user = parts.username or ""
     return uri.replace(f"{user}:{parts.password}@", f"{user}:***@", 1)
 
 
-def _error_code(exc: BaseException) -> str:
+def error_code(exc: BaseException) -> str:
     """The AWS error code of a botocore ``ClientError`` ("" for any other exception)."""
     response = getattr(exc, "response", None)
     if not isinstance(response, dict):
@@ -172,7 +209,7 @@ def check_bucket_owner(s3: Any, bucket: str, account: str, *, where: str) -> Non
     try:
         owned = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
     except Exception as exc:
-        if _error_code(exc) not in ("AccessDenied", "AllAccessDisabled"):
+        if error_code(exc) not in ("AccessDenied", "AllAccessDisabled"):
             raise
         owned = None
     if owned is not None:
@@ -182,7 +219,7 @@ def check_bucket_owner(s3: Any, bucket: str, account: str, *, where: str) -> Non
     try:
         s3.head_bucket(Bucket=bucket, ExpectedBucketOwner=account)
     except Exception as exc:
-        code = _error_code(exc)
+        code = error_code(exc)
         if code in ("AccessDenied", "403", "Forbidden"):
             raise SharedCacheError(
                 _not_owned(bucket, account, where)

@@ -1,0 +1,277 @@
+"""One entry of the shared compile cache: its name, its signature, its archive.
+
+An entry is a gzipped tar holding ``manifest.json`` (format, compatibility
+set, files and sizes) and the files under ``files/``. Its name is
+``<UTC time>-<SHA-256 of its bytes>[-<HMAC>].tar.gz``. The HMAC (SHA-256,
+keyed with the team's key, :data:`~trcomp.contract.shared_cache.KEY_ENV`)
+signs the compatibility set and the digest; since the digest is checked
+against the bytes, it signs the bytes. A reader with a key refuses an entry
+without a valid signature from its name alone, before it downloads it, and
+checks the digest before it opens the archive: nothing another writer put
+there is ever unpacked.
+
+Unpacking is bounded: at most ``limit`` unpacked bytes (the sizes in the tar
+headers, which are what ``extractfile`` yields), no sparse files, no name
+twice, every name in the manifest with its size. It all goes to a staging dir
+first; :func:`move_staged` then moves it into the live cache in one go, so a
+bad entry leaves the live cache as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import io
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from trcomp_container.cache import is_transient
+from trcomp_container.cache_key import CompatSet
+from trcomp_container.shared_store import Store
+
+__all__ = [
+    "FORMAT",
+    "EntryError",
+    "Staged",
+    "check_name",
+    "entry_name",
+    "files_of",
+    "move_staged",
+    "stage_entry",
+    "stamp",
+    "write_entry",
+]
+
+FORMAT = 1
+SUFFIX = ".tar.gz"
+_NAME = re.compile(r"\d{8}T\d{6}Z-(?P<digest>[0-9a-f]{64})(?:-(?P<mac>[0-9a-f]{64}))?\.tar\.gz")
+_MAC_CONTEXT = "trcomp-shared-cache-entry/1"
+_MANIFEST_MAX = 16 << 20
+_MEMBERS_MAX = 200_000
+
+
+class EntryError(Exception):
+    """An entry that cannot be used; the message says why."""
+
+
+@dataclass
+class Staged:
+    """An entry unpacked into ``staging``: the files to move, the bytes they hold."""
+
+    staging: Path
+    files: list[str]
+    unpacked_bytes: int
+
+
+def _mac(key: bytes, compat_key: str, digest: str) -> str:
+    message = f"{_MAC_CONTEXT}\n{compat_key}\n{digest}".encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def entry_name(digest: str, compat_key: str, key: bytes | None, when: float | None = None) -> str:
+    """The name of an entry whose bytes have SHA-256 ``digest``; signed when ``key`` is set."""
+    stamp_ = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
+    signature = f"-{_mac(key, compat_key, digest)}" if key else ""
+    return f"{stamp_}-{digest}{signature}{SUFFIX}"
+
+
+def check_name(name: str, compat_key: str, key: bytes | None) -> str:
+    """The digest the entry's bytes must have; raise :class:`EntryError` for a refused name.
+
+    With ``key``, an entry whose name carries no signature, or another key's,
+    is refused here, before it is downloaded.
+    """
+    match = _NAME.fullmatch(name)
+    if match is None:
+        raise EntryError("its name is not an entry's (<time>-<sha256>[-<signature>].tar.gz)")
+    if key is not None:
+        if not match["mac"]:
+            raise EntryError(
+                "it is not signed, and this job reads only entries signed with its key "
+                "(TRCOMP_SHARED_CACHE_KEY): written by a job without the key, or by someone else"
+            )
+        if not hmac.compare_digest(match["mac"], _mac(key, compat_key, match["digest"])):
+            raise EntryError(
+                "its signature is not this job's key's: written with another key, or by "
+                "someone else"
+            )
+    return match["digest"]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _safe_relative(name: str) -> str:
+    relative = PurePosixPath(name)
+    if relative.is_absolute() or not relative.parts or ".." in relative.parts:
+        raise EntryError(f"it holds a file outside the cache ({name!r})")
+    return str(relative)  # normalized: "a//b" and "./a/b" are "a/b"
+
+
+def stage_entry(
+    archive: Path,
+    digest: str,
+    compat: CompatSet,
+    staging_parent: Path,
+    present: set[str],
+    *,
+    limit: int,
+) -> Staged:
+    """Check ``archive`` and unpack the files ``present`` lacks into a new staging dir.
+
+    ``digest`` is what :func:`check_name` returned; ``limit`` the most
+    unpacked bytes this entry may hold. The caller removes ``staging``.
+    """
+    if _sha256(archive) != digest:
+        raise EntryError("its bytes do not match the checksum in its name (truncated or damaged)")
+    staging = Path(tempfile.mkdtemp(prefix=".shared-", dir=staging_parent))
+    staged = Staged(staging, [], 0)
+    try:
+        _unpack(archive, compat, staged, present, limit)
+    except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise EntryError(f"it cannot be read ({type(exc).__name__}: {exc})") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return staged
+
+
+def _unpack(
+    archive: Path, compat: CompatSet, staged: Staged, present: set[str], limit: int
+) -> None:
+    with tarfile.open(archive, "r:gz") as tar:
+        first = tar.next()
+        if first is None or first.name != "manifest.json" or not first.isfile():
+            raise EntryError("it has no manifest")
+        if first.size > _MANIFEST_MAX:
+            raise EntryError(f"its manifest is {first.size:,} bytes, more than any entry's")
+        manifest_file = tar.extractfile(first)
+        manifest = json.load(manifest_file) if manifest_file else {}
+        if manifest.get("format") != FORMAT or manifest.get("key") != compat.key:
+            raise EntryError(
+                f"it was written for another compatibility set ({manifest.get('key')!r})"
+            )
+        sizes: dict[str, int] = manifest.get("files", {})
+        declared = sum(int(size) for size in sizes.values())
+        if declared > limit:
+            raise _too_big(declared, limit)
+        seen: set[str] = set()
+        for count, member in enumerate(tar, start=1):
+            if count > _MEMBERS_MAX:
+                raise EntryError(f"it holds more than {_MEMBERS_MAX:,} files")
+            if member.offset == first.offset:
+                continue
+            regular = member.isreg() and not member.issparse()
+            if not regular or not member.name.startswith("files/"):
+                raise EntryError(f"it holds something other than a file ({member.name!r})")
+            relative = _safe_relative(member.name.removeprefix("files/"))
+            if relative in seen:
+                raise EntryError(f"it holds {relative} twice")
+            seen.add(relative)
+            if sizes.get(relative) != member.size:
+                raise EntryError(f"{relative} is not in its manifest with that size")
+            staged.unpacked_bytes += member.size
+            if staged.unpacked_bytes > limit:
+                raise _too_big(staged.unpacked_bytes, limit)
+            if relative in present:
+                continue
+            _extract(tar, member, staged.staging / relative)
+            staged.files.append(relative)
+        if seen != set(sizes):
+            raise EntryError("its manifest names files it does not hold")
+
+
+def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> None:
+    source = tar.extractfile(member)
+    if source is None:
+        raise EntryError(f"{member.name} has no contents")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("xb") as out:
+        shutil.copyfileobj(source, out)
+
+
+def _too_big(size: int, limit: int) -> EntryError:
+    return EntryError(
+        f"it unpacks to more than the {limit:,} bytes left of the read limit "
+        f"(TRCOMP_SHARED_CACHE_MAX_READ_BYTES; at least {size:,})"
+    )
+
+
+def move_staged(staged: Staged, live: Path) -> None:
+    """Move what :func:`stage_entry` unpacked into ``live`` (local renames)."""
+    for relative in staged.files:
+        target = live / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged.staging / relative, target)
+
+
+def stamp(path: Path) -> tuple[int, int]:
+    """Size and mtime: how a file read from the shared cache is known to be unchanged."""
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+def files_of(live: Path, skip: Mapping[str, tuple[int, int]]) -> list[tuple[str, Path]]:
+    """The lasting files of ``live``, but those in ``skip`` with the same size and mtime."""
+    found = []
+    for root, dirs, files in os.walk(live):
+        here = Path(root)
+        relative_root = here.relative_to(live)
+        dirs[:] = sorted(d for d in dirs if not is_transient(relative_root / d))
+        for name in sorted(files):
+            relative = relative_root / name
+            if is_transient(relative):
+                continue
+            try:
+                if skip.get(relative.as_posix()) == stamp(here / name):
+                    continue  # read from the shared cache and unchanged
+            except OSError:
+                continue
+            found.append((relative.as_posix(), here / name))
+    return found
+
+
+def write_entry(
+    store: Store,
+    live: Path,
+    compat: CompatSet,
+    *,
+    skip: Mapping[str, tuple[int, int]],
+    key: bytes | None = None,
+) -> tuple[str, int, int] | None:
+    """Put the files of ``live`` as one entry (signed with ``key``), but those in ``skip``.
+
+    Returns ``(name, files, bytes)``; ``None`` when the job added or changed
+    nothing (a dynamo PGO state it updated counts as changed).
+    """
+    files = [(rel, path) for rel, path in files_of(live, skip) if path.is_file()]
+    if not files:
+        return None
+    with tempfile.TemporaryDirectory(prefix="trcomp-entry-") as tmp:
+        archive = Path(tmp) / "entry.tar.gz"
+        sizes = {rel: path.stat().st_size for rel, path in files}
+        manifest = {"format": FORMAT, "key": compat.key, "compat": compat, "files": sizes}
+        with tarfile.open(archive, "w:gz") as tar:
+            body = json.dumps(manifest, sort_keys=True).encode()
+            info = tarfile.TarInfo("manifest.json")
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+            for rel, path in files:
+                tar.add(path, arcname=f"files/{rel}", recursive=False)
+        name = entry_name(_sha256(archive), compat.key, key)
+        store.put(name, archive)
+        return name, len(files), archive.stat().st_size

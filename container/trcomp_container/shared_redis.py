@@ -1,0 +1,179 @@
+"""A ``redis://`` or ``rediss://`` shared cache: inductor's own remote caches.
+
+Inductor (torch 2.9) reads and writes Redis itself while the job compiles
+(FX graph, AOTAutograd, autotune, bundled autotune, dynamo PGO), through one
+``TORCHINDUCTOR_REDIS_URL``. The entrypoint builds that URL in the job, never
+in the hyperparameters: the password from :data:`REDIS_PASSWORD_ENV` or a
+Secrets Manager secret, socket timeouts (redis-py's default waits forever in
+older versions, and torch marks the cache unavailable only on connection
+errors), and the CA bundle of a ``rediss://`` server. Before it sets any
+``TORCHINDUCTOR_*`` remote-cache variable it checks, within the budget, that
+the server answers; when it does not, the job gets none of them and compiles
+cold instead of waiting on every lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+from urllib.parse import quote, urlencode
+
+from trcomp.contract.errors import SharedCacheError
+from trcomp.contract.shared_cache import (
+    REDIS_CA_ENV,
+    REDIS_PASSWORD_ENV,
+    REDIS_PASSWORD_SECRET_ENV,
+    SharedCacheLocation,
+)
+from trcomp_container.budget import Budget
+from trcomp_container.shared_secrets import read_secret
+
+if TYPE_CHECKING:
+    from trcomp_container.shared_cache import SharedCache
+
+__all__ = [
+    "ca_certs",
+    "check_redis_trust",
+    "open_redis",
+    "redis_environment",
+    "redis_has_entries",
+    "redis_password",
+    "redis_url",
+]
+
+# Each Redis call of the user's process waits at most this long (a lookup per graph).
+_CALL_TIMEOUT_S = 2.0
+
+
+def redis_url(
+    location: SharedCacheLocation,
+    password: str | None,
+    *,
+    timeout_s: float = _CALL_TIMEOUT_S,
+    ca_certs: str | None = None,
+) -> str:
+    """The URL redis-py (and so inductor) connects with: password, timeouts, CA bundle."""
+    scheme = "rediss" if location.tls else "redis"
+    auth = ""
+    if password is not None or location.username:
+        auth = f"{quote(location.username, safe='')}:{quote(password or '', safe='')}@"
+    host = f"[{location.host}]" if ":" in location.host else location.host
+    query = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+    if location.tls and ca_certs:
+        query["ssl_ca_certs"] = ca_certs  # type: ignore[assignment]
+    return f"{scheme}://{auth}{host}:{location.port}/{location.db}?{urlencode(query)}"
+
+
+def redis_environment(
+    location: SharedCacheLocation, *, gpu: bool, url: str | None = None
+) -> dict[str, str]:
+    """Inductor's remote caches on Redis (torch 2.9 names; the image has ``redis``).
+
+    The autotune caches only on GPU hosts: they tune triton kernels, and on CPU
+    torch 2.9's bundled autotune cache fails every compile (no backend hash).
+    """
+    env = {
+        "TORCHINDUCTOR_REDIS_URL": url or redis_url(location, None),
+        "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1",
+        "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE": "1",
+        "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_REMOTE_PGO": "1",
+    }
+    if gpu:
+        env["TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE"] = "1"
+        env["TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE"] = "1"
+    return env
+
+
+def redis_password(environ: Mapping[str, str], *, timeout_s: float) -> str | None:
+    """The Redis password of the job (its environment, or the secret it names); None."""
+    return read_secret(environ, REDIS_PASSWORD_ENV, REDIS_PASSWORD_SECRET_ENV, timeout_s=timeout_s)
+
+
+def check_redis_trust(
+    location: SharedCacheLocation, *, password: str | None, remote_job: bool, insecure: bool
+) -> None:
+    """Refuse a SageMaker job's Redis without TLS or without a password, unless ``insecure``."""
+    if not remote_job or insecure:
+        return
+    missing = [
+        what
+        for what, absent in (("TLS (rediss://)", not location.tls), ("password", not password))
+        if absent
+    ]
+    if missing:
+        raise SharedCacheError(
+            f"shared_cache {location.shown} has no {' and no '.join(missing)}: anyone who "
+            "reaches that Redis could put compiled code there that this job runs. Use "
+            f"rediss://host:port with the password in a Secrets Manager secret named by "
+            f"{REDIS_PASSWORD_SECRET_ENV}, or set shared_cache_insecure=True for a Redis no "
+            "one but your jobs can reach (docs/remote.md)."
+        )
+
+
+def redis_has_entries(url: str, *, timeout_s: float) -> bool:
+    """Whether the server at ``url`` answers and holds inductor's entries (``pt2:*``)."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    try:
+        return next(iter(client.scan_iter(match="pt2:*", count=1000)), None) is not None
+    finally:
+        client.close()
+
+
+def ca_certs(environ: Mapping[str, str]) -> str | None:
+    """The CA bundle a ``rediss://`` server is checked with (default: the system's)."""
+    return environ.get(REDIS_CA_ENV) or None
+
+
+def open_redis(
+    cache: SharedCache,
+    engine: str,
+    environ: Mapping[str, str],
+    *,
+    remote_job: bool,
+    gpu: bool,
+    insecure: bool,
+) -> None:
+    """Check the Redis of ``cache`` within its budget; on success set inductor's variables.
+
+    Raises :class:`SharedCacheError` for a remote job's Redis without TLS or
+    password (unless ``insecure``); a Redis that cannot be reached, refuses
+    the password or does not answer in time leaves the job without them.
+    """
+    location = cache.location
+    if engine != "inductor":
+        cache._warn(
+            f"shared_cache {location.shown}: Redis serves inductor's caches only; the {engine} "
+            "engine keeps its cache in the checkpoint location"
+        )
+        return
+
+    def probe() -> tuple[str, bool]:
+        password = redis_password(environ, timeout_s=cache.timeout_s)
+        check_redis_trust(location, password=password, remote_job=remote_job, insecure=insecure)
+        url = redis_url(location, password, ca_certs=ca_certs(environ))
+        return url, redis_has_entries(url, timeout_s=min(cache.timeout_s, _CALL_TIMEOUT_S))
+
+    cache.facts["remote_cache"] = False
+    try:
+        done, answer = Budget(cache.timeout_s, name="trcomp-shared-redis").run(probe)
+    except SharedCacheError:
+        raise
+    except Exception as exc:  # refused, wrong password, bad certificate
+        cache._warn(
+            f"cannot use the Redis of shared_cache {location.shown} ({type(exc).__name__}: "
+            f"{exc}); the job runs without inductor's remote caches and compiles cold"
+        )
+        return
+    if not done or answer is None:
+        cache.facts["read_budget_hit"] = True
+        cache._warn(
+            f"the Redis of shared_cache {location.shown} did not answer within "
+            f"shared_cache_timeout_s={cache.timeout_s:g}; the job runs without inductor's "
+            "remote caches and compiles cold"
+        )
+        return
+    url, has_entries = answer
+    cache.environment.update(redis_environment(location, gpu=gpu, url=url))
+    cache.facts.update(remote_cache=True, warm=has_entries)

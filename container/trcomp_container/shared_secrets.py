@@ -1,0 +1,64 @@
+"""The shared cache's secrets: the team's signing key and the Redis password.
+
+Each comes from the job's environment, never its hyperparameters: the value
+itself (``TRCOMP_SHARED_CACHE_KEY``, ``TRCOMP_REDIS_PASSWORD``; local modes,
+where the environment stays on the machine), or the name or ARN of an AWS
+Secrets Manager secret that the job reads with its own role
+(``..._SECRET``; SageMaker jobs, whose environment DescribeTrainingJob shows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from trcomp.contract.errors import SharedCacheError
+from trcomp.contract.shared_cache import KEY_ENV, KEY_SECRET_ENV
+from trcomp_container.shared_store import aws_config
+
+__all__ = ["MIN_KEY_BYTES", "read_secret", "signing_key"]
+
+MIN_KEY_BYTES = 16
+
+
+def read_secret(
+    environ: Mapping[str, str], name: str, secret_name: str, *, timeout_s: float
+) -> str | None:
+    """The value of ``name`` in ``environ``, else of the secret ``secret_name`` names; None."""
+    value = environ.get(name)
+    if value:
+        return value
+    reference = environ.get(secret_name)
+    if not reference:
+        return None
+    import boto3
+    from botocore.exceptions import ClientError
+
+    region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or None
+    client = boto3.session.Session(region_name=region).client(
+        "secretsmanager", config=aws_config(timeout_s)
+    )
+    try:
+        answer = client.get_secret_value(SecretId=reference)
+    except ClientError as exc:  # refused or absent: a setting to fix, not a network blip
+        raise SharedCacheError(
+            f"cannot read the secret {reference!r} named by {secret_name} ({exc}): give the "
+            "job's role secretsmanager:GetSecretValue on it, or fix the name"
+        ) from None
+    text = answer.get("SecretString")
+    if text is None:
+        text = bytes(answer.get("SecretBinary") or b"").decode("utf-8", "replace")
+    return str(text)
+
+
+def signing_key(environ: Mapping[str, str], *, timeout_s: float) -> bytes | None:
+    """The team's key for signing and checking entries; None when the job has none."""
+    value = read_secret(environ, KEY_ENV, KEY_SECRET_ENV, timeout_s=timeout_s)
+    if value is None:
+        return None
+    key = value.strip().encode()
+    if len(key) < MIN_KEY_BYTES:
+        raise SharedCacheError(
+            f"the shared cache key ({KEY_ENV} or {KEY_SECRET_ENV}) is {len(key)} bytes; it must "
+            f"be at least {MIN_KEY_BYTES}, and random: make one with `openssl rand -hex 32`"
+        )
+    return key

@@ -1,0 +1,213 @@
+"""A shared cache that hangs or refuses never makes a job wait; Redis with a password and TLS.
+
+The hung stores are real: a socket that accepts and never answers (an S3
+endpoint, a Redis), and a FIFO no one writes to (a file system that stopped
+answering: the read blocks in the kernel, where no timeout reaches). The
+budget being reported as hit and the read reporting nothing are what is
+asserted; the elapsed time is checked only against a generous bound (10x
+the budget), as a hang detector.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.aws import aws_environment, create_bucket, moto_server
+from tests.helpers.hung_server import hung_server
+from tests.helpers.redis_server import redis_server
+from trcomp.contract.errors import SharedCacheError
+from trcomp_container.cache_key import compat_set
+from trcomp_container.shared_cache import open_shared_cache
+from trcomp_container.shared_store import DirectoryStore
+
+COMPAT = compat_set(engine="inductor", gpu_listing=None)
+BUDGET_S = 1.0
+PASSWORD = "redis-pw-4f1c2e"
+
+
+def _open(uri: str, live: Path, *, remote_job: bool = False, **kwargs):
+    kwargs.setdefault("timeout_s", BUDGET_S)
+    return open_shared_cache(
+        uri, compat=COMPAT, engine="inductor", live=live, remote_job=remote_job,
+        environ=kwargs.pop("environ", {}), **kwargs,
+    )  # fmt: skip
+
+
+def _timed(call):
+    started = time.monotonic()
+    result = call()
+    return result, time.monotonic() - started
+
+
+def test_an_s3_endpoint_that_never_answers_makes_the_job_start_cold(tmp_path):
+    with hung_server() as (port, accepted), aws_environment(f"http://127.0.0.1:{port}"):
+        cache, elapsed = _timed(lambda: _open("s3://team-cache/compile", tmp_path / "live"))
+    assert accepted, "the hung endpoint was never reached"
+    assert cache.facts["read_budget_hit"] is True
+    assert cache.facts["entries_read"] == 0 and cache.warm is False and cache.store is None
+    assert "shared_cache_timeout_s=1" in cache.warnings[0]
+    assert elapsed < 10 * BUDGET_S
+    assert cache.finish(tmp_path / "live", succeeded=True).get("files_written") is None
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Iterator[Path]:
+    """A FIFO whose reader blocks until a writer comes; released at the end of the test."""
+    path = tmp_path / "hung-mount"
+    os.mkfifo(path)
+    yield path
+    for _ in range(50):  # let every thread left reading it see an end of file
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:  # ENXIO: no one has it open for reading any more
+            break
+        time.sleep(0.05)
+
+
+def test_a_directory_store_that_blocks_makes_the_job_start_cold(tmp_path, fifo, monkeypatch):
+    uri = f"file://{tmp_path / 'shared'}"
+    live = tmp_path / "a" / "live"
+    (live / "inductor").mkdir(parents=True)
+    (live / "inductor" / "g").write_bytes(b"graph")
+    _open(uri, live).finish(live, succeeded=True)  # one good entry
+
+    def blocked_get(self: DirectoryStore, name: str, dest: Path) -> None:
+        with fifo.open("rb") as hung:  # blocks: no writer, as a dead NFS server's read
+            dest.write_bytes(hung.read())
+
+    monkeypatch.setattr(DirectoryStore, "get", blocked_get)
+    reader = tmp_path / "b" / "live"
+    cache, elapsed = _timed(lambda: _open(uri, reader))
+    assert cache.facts["read_budget_hit"] is True and cache.facts["entries_found"] == 1
+    assert cache.facts["entries_read"] == 0 and cache.warm is False
+    assert elapsed < 10 * BUDGET_S
+    assert not [p for p in reader.rglob("*") if p.is_file()]
+
+    def blocked_put(self: DirectoryStore, name: str, source: Path) -> None:
+        with fifo.open("rb"):
+            pass
+
+    monkeypatch.setattr(DirectoryStore, "put", blocked_put)
+    (reader / "inductor").mkdir(parents=True, exist_ok=True)
+    (reader / "inductor" / "new").write_bytes(b"compiled here")
+    facts, elapsed = _timed(lambda: cache.finish(reader, succeeded=True))
+    assert facts["write_budget_hit"] is True and facts["files_written"] == 0
+    assert elapsed < 10 * BUDGET_S
+    assert threading.active_count() >= 2  # the abandoned reads are still blocked, not waited on
+
+
+def test_a_redis_that_never_answers_leaves_the_remote_caches_off(tmp_path):
+    with hung_server() as (port, accepted):
+        cache, elapsed = _timed(lambda: _open(f"redis://127.0.0.1:{port}", tmp_path / "live"))
+    assert accepted
+    assert cache.environment == {} and cache.facts["remote_cache"] is False
+    assert cache.warm is False and "without inductor's remote caches" in cache.warnings[0]
+    assert elapsed < 10 * BUDGET_S
+
+
+def test_a_redis_that_refuses_connections_leaves_the_remote_caches_off(tmp_path):
+    with hung_server() as (port, _):
+        pass  # closed: nothing listens on the port any more
+    cache = _open(f"redis://127.0.0.1:{port}", tmp_path / "live")
+    assert not [k for k in cache.environment if k.startswith(("TORCHINDUCTOR_", "TORCH_DYNAMO"))]
+    assert "ConnectionError" in cache.warnings[0]
+
+
+@pytest.fixture(scope="module")
+def tls_redis(tmp_path_factory) -> Iterator:
+    with redis_server(tmp_path_factory.mktemp("redis"), password=PASSWORD, tls=True) as server:
+        yield server
+
+
+def test_a_remote_job_reads_a_tls_redis_with_the_password_from_its_environment(tls_redis, tmp_path):
+    environ = {"TRCOMP_REDIS_PASSWORD": PASSWORD, "TRCOMP_REDIS_CA_CERTS": tls_redis.ca_certs}
+    cache = _open(tls_redis.url, tmp_path / "live", remote_job=True, environ=environ, timeout_s=30)
+    assert cache.facts["remote_cache"] is True, cache.warnings
+    url = cache.environment["TORCHINDUCTOR_REDIS_URL"]
+    assert url.startswith("rediss://") and "socket_timeout=" in url
+    assert PASSWORD not in str(cache.facts) and PASSWORD not in cache.location.shown
+
+    # Inductor's own Redis backend (what the user's process builds) works with that URL.
+    from torch._inductor.remote_cache import RedisRemoteCacheBackend
+
+    os.environ["TORCHINDUCTOR_REDIS_URL"] = url
+    try:
+        backend = RedisRemoteCacheBackend("trcomp-test")
+        backend.put("pt2:trcomp-test", b"compiled")
+        assert backend.get("pt2:trcomp-test") == b"compiled"
+    finally:
+        del os.environ["TORCHINDUCTOR_REDIS_URL"]
+    assert _open(tls_redis.url, tmp_path / "b", environ=environ, timeout_s=30).warm is True
+
+
+def test_a_wrong_redis_password_leaves_the_remote_caches_off(tls_redis, tmp_path):
+    environ = {"TRCOMP_REDIS_PASSWORD": "wrong", "TRCOMP_REDIS_CA_CERTS": tls_redis.ca_certs}
+    cache = _open(tls_redis.url, tmp_path / "live", environ=environ, timeout_s=30)
+    assert cache.environment == {} and cache.facts["remote_cache"] is False
+    assert "wrong" not in cache.warnings[0].split("(")[0]
+
+
+@pytest.mark.parametrize(
+    ("uri", "environ", "says"),
+    [
+        ("redis://cache.internal:6379", {"TRCOMP_REDIS_PASSWORD": PASSWORD}, "has no TLS"),
+        ("rediss://cache.internal:6379", {}, "has no password"),
+        ("redis://cache.internal:6379", {}, "has no TLS (rediss://) and no password"),
+    ],
+)
+def test_a_remote_jobs_redis_without_tls_or_password_is_refused(tmp_path, uri, environ, says):
+    with pytest.raises(SharedCacheError, match="shared_cache_insecure=True") as caught:
+        _open(uri, tmp_path / "live", remote_job=True, environ=environ)
+    assert says in str(caught.value) and PASSWORD not in str(caught.value)
+    # The documented opt-in: the job goes on (here, to a Redis it cannot reach: cold).
+    cache = _open(uri, tmp_path / "live", remote_job=True, environ=environ, insecure=True)
+    assert cache.facts["remote_cache"] is False
+
+
+def test_the_password_can_come_from_secrets_manager(tls_redis, tmp_path):
+    import boto3
+
+    with moto_server(tmp_path) as moto, aws_environment(moto.url):
+        arn = boto3.client("secretsmanager").create_secret(Name="redis", SecretString=PASSWORD)
+        environ = {
+            "TRCOMP_REDIS_PASSWORD_SECRET": arn["ARN"],
+            "TRCOMP_REDIS_CA_CERTS": tls_redis.ca_certs,
+            **{k: os.environ[k] for k in ("AWS_ENDPOINT_URL", "AWS_REGION")},
+        }
+        cache = _open(
+            tls_redis.url, tmp_path / "live", remote_job=True, environ=environ, timeout_s=30
+        )
+        assert cache.facts["remote_cache"] is True, cache.warnings
+        create_bucket("unused")  # the emulator answered the job's calls
+
+
+@pytest.mark.slow
+def test_a_redis_that_stops_answering_mid_job_does_not_fail_the_compile(tmp_path):
+    """After the start-up check passed: the hook turns inductor's remote cache off."""
+    from tests.helpers.hook import run_hooked
+
+    code = (
+        "import torch\n"
+        "f = torch.compile(lambda x: (x.sin() * 2).sum())\n"
+        "print('result', f(torch.ones(4)).item())\n"
+        "print('result', f(torch.ones(4, 4)).item())\n"
+    )
+    with hung_server() as (port, accepted):
+        env = {
+            "TORCHINDUCTOR_REDIS_URL": f"redis://127.0.0.1:{port}/0?socket_timeout=2"
+            "&socket_connect_timeout=2",
+            "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1",
+            "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE": "1",
+            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        }
+        child = run_hooked(tmp_path, code, extra_env=env)
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.count("result") == 2
+    assert child.stderr.count("stopped answering") == 1  # then off: no second wait
+    assert len(accepted) == 1

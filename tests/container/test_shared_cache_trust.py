@@ -1,0 +1,294 @@
+"""Who may write the shared compile cache, and what an entry may hold.
+
+Real archives in real directories, a moto S3 server (bucket policies, ACLs,
+Block Public Access, Secrets Manager). An entry from another writer (no key,
+another key, a location others can write) is never unpacked; an entry that
+unpacks to too much, or names a file twice, moves nothing into the live cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.aws import ACCOUNT, aws_environment, create_bucket, moto_server
+from trcomp.contract.errors import SharedCacheError
+from trcomp_container.cache_key import compat_set
+from trcomp_container.shared_cache import open_shared_cache
+from trcomp_container.shared_entry import entry_name
+
+KEY = "team-a-key-0123456789abcdef"
+OTHER_KEY = "team-b-key-0123456789abcdef"
+COMPAT = compat_set(engine="inductor", gpu_listing=None)
+
+
+def _live_with(base: Path, files: dict[str, bytes]) -> Path:
+    live = base / "live"
+    for name, body in files.items():
+        (live / name).parent.mkdir(parents=True, exist_ok=True)
+        (live / name).write_bytes(body)
+    return live
+
+
+def _open(uri: str, live: Path, key: str | None = None, **kwargs):
+    environ = dict(kwargs.pop("environ", {}))
+    if key:
+        environ["TRCOMP_SHARED_CACHE_KEY"] = key
+    return open_shared_cache(
+        uri, compat=COMPAT, engine="inductor", live=live, environ=environ, remote_job=False,
+        **kwargs,
+    )  # fmt: skip
+
+
+def _files(live: Path) -> list[Path]:
+    return [p for p in live.rglob("*") if p.is_file()] if live.exists() else []
+
+
+def _plant(store: Path, members: list[tuple[str, bytes]], *, key: str | None = None) -> Path:
+    """Write an entry by hand (what someone with write access to the location could do)."""
+    manifest = {"format": 1, "key": COMPAT.key, "files": {n: len(b) for n, b in members}}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, body in [("manifest.json", json.dumps(manifest).encode())] + [
+            (f"files/{n}", b) for n, b in members
+        ]:
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    data = buffer.getvalue()
+    digest = hashlib.sha256(data).hexdigest()
+    store.mkdir(parents=True, exist_ok=True)
+    path = store / entry_name(digest, COMPAT.key, key.encode() if key else None)
+    path.write_bytes(data)
+    return path
+
+
+def test_a_signed_entry_is_read_with_the_key_and_refused_with_another_or_none(tmp_path):
+    uri = f"file://{tmp_path / 'shared'}"
+    live = _live_with(tmp_path / "a", {"inductor/fxgraph/g1": b"graph"})
+    writer = _open(uri, live, KEY)
+    assert writer.facts["signed"] is True
+    assert writer.finish(live, succeeded=True)["files_written"] == 1
+    (entry,) = (tmp_path / "shared" / COMPAT.key).iterdir()
+    assert entry.name.count("-") == 2  # <time>-<sha256>-<signature>.tar.gz
+
+    same_team = _open(uri, tmp_path / "b" / "live", KEY)
+    assert same_team.facts["files_read"] == 1 and same_team.warm
+
+    other_team = _open(uri, tmp_path / "c" / "live", OTHER_KEY)
+    assert other_team.facts["entries_skipped"] == 1 and not other_team.warm
+    assert "signature is not this job's key's" in other_team.warnings[0]
+    assert _files(tmp_path / "c" / "live") == []
+
+    # Without a key a job trusts the location: it reads the signed entry too.
+    assert _open(uri, tmp_path / "d" / "live").facts["files_read"] == 1
+
+
+def test_an_entry_planted_without_the_key_is_never_unpacked(tmp_path):
+    store = tmp_path / "shared" / COMPAT.key
+    planted = _plant(store, [("inductor/fxgraph/evil", b"import os  # planted")])
+    forged = planted.with_name(planted.name.replace(".tar.gz", "-" + "0" * 64 + ".tar.gz"))
+    _plant(store, [("inductor/fxgraph/evil2", b"planted")]).rename(forged)  # wrong signature
+
+    cache = _open(f"file://{tmp_path / 'shared'}", tmp_path / "r" / "live", KEY)
+    assert cache.facts["entries_found"] == 2 and cache.facts["entries_skipped"] == 2
+    assert cache.facts["files_read"] == 0 and not cache.warm
+    assert any("not signed" in w for w in cache.warnings)
+    assert any("signature is not this job's key's" in w for w in cache.warnings)
+    assert _files(tmp_path / "r" / "live") == []
+
+
+def test_a_signed_entry_moved_to_another_compatibility_set_is_refused_by_its_signature(tmp_path):
+    other = compat_set(engine="inductor", gpu_listing="GPU 0: NVIDIA A10G (UUID: GPU-1)")
+    live = _live_with(tmp_path / "a", {"inductor/g": b"x"})
+    open_shared_cache(
+        f"file://{tmp_path / 'shared'}", compat=other, engine="inductor", live=live,
+        environ={"TRCOMP_SHARED_CACHE_KEY": KEY}, remote_job=False,
+    ).finish(live, succeeded=True)  # fmt: skip
+    (entry,) = (tmp_path / "shared" / other.key).iterdir()
+    (tmp_path / "shared" / COMPAT.key).mkdir()
+    entry.rename(tmp_path / "shared" / COMPAT.key / entry.name)
+    cache = _open(f"file://{tmp_path / 'shared'}", tmp_path / "b" / "live", KEY)
+    assert cache.facts["entries_skipped"] == 1 and "signature" in cache.warnings[0]
+
+
+def test_a_short_key_is_a_config_error(tmp_path):
+    with pytest.raises(SharedCacheError, match="at least 16"):
+        _open(f"file://{tmp_path / 'shared'}", tmp_path / "live", "short")
+
+
+@pytest.mark.parametrize(
+    ("setup", "says"),
+    [
+        ("group-writable", "writable by group or others"),
+        ("other-owner", "owned by uid 4242"),
+        ("open-parent", "writable by anyone"),
+    ],
+)
+def test_a_directory_someone_else_can_write_is_refused(tmp_path, setup, says):
+    if setup == "other-owner" and os.geteuid() != 0:
+        pytest.skip("giving a directory to another user needs root")
+    shared = tmp_path / "parent" / "shared"
+    shared.mkdir(parents=True)
+    if setup == "group-writable":
+        shared.chmod(0o775)
+    elif setup == "other-owner":
+        os.chown(shared, 4242, -1)
+    else:
+        shared.parent.chmod(0o777)  # no sticky bit: anyone may swap "shared" for their own
+    with pytest.raises(SharedCacheError, match=says) as caught:
+        _open(f"file://{shared}", tmp_path / "live")
+    assert "a compile cache is code" in str(caught.value)
+    assert _files(tmp_path / "live") == []
+
+
+def test_a_directory_under_a_sticky_shared_parent_is_accepted(tmp_path):
+    parent = tmp_path / "tmp-like"
+    parent.mkdir()
+    parent.chmod(0o1777)
+    live = _live_with(tmp_path / "a", {"inductor/g": b"x"})
+    cache = _open(f"file://{parent / 'team'}", live)
+    assert cache.finish(live, succeeded=True)["files_written"] == 1
+    assert (parent / "team" / COMPAT.key).stat().st_mode & 0o022 == 0
+
+
+def test_the_read_limit_counts_unpacked_bytes(tmp_path):
+    store = tmp_path / "shared" / COMPAT.key
+    bomb = _plant(store, [("inductor/big", b"\0" * (8 << 20))])
+    assert bomb.stat().st_size < 64 << 10  # 8 MiB of zeros packs to a few KiB
+    limit = {"TRCOMP_SHARED_CACHE_MAX_READ_BYTES": str(1 << 20)}
+    cache = _open(f"file://{tmp_path / 'shared'}", tmp_path / "r" / "live", environ=limit)
+    assert cache.facts["entries_skipped"] == 1 and cache.facts["bytes_read"] == 0
+    assert "unpacks to more than" in cache.warnings[0]
+    assert _files(tmp_path / "r" / "live") == []
+    roomy = {"TRCOMP_SHARED_CACHE_MAX_READ_BYTES": str(16 << 20)}
+    cache = _open(f"file://{tmp_path / 'shared'}", tmp_path / "s" / "live", environ=roomy)
+    assert cache.facts["bytes_read"] == 8 << 20  # unpacked bytes, not the archive's
+
+
+def test_an_entry_naming_a_file_twice_moves_nothing(tmp_path):
+    store = tmp_path / "shared" / COMPAT.key
+    _plant(store, [("inductor/a", b"1"), ("inductor/b", b"2"), ("inductor/./a", b"1")])
+    live = _live_with(tmp_path / "r", {"inductor/kept": b"mine"})
+    cache = _open(f"file://{tmp_path / 'shared'}", live)
+    assert cache.facts["entries_skipped"] == 1 and "inductor/a twice" in cache.warnings[0]
+    assert sorted(p.name for p in _files(live)) == ["kept"]
+
+
+@pytest.mark.parametrize("value", ["4GiB", "-1", "1e9"])
+def test_a_malformed_read_limit_is_the_config_error(tmp_path, value):
+    with pytest.raises(SharedCacheError, match="TRCOMP_SHARED_CACHE_MAX_READ_BYTES") as caught:
+        _open(
+            f"file://{tmp_path / 'shared'}",
+            tmp_path / "live",
+            environ={"TRCOMP_SHARED_CACHE_MAX_READ_BYTES": value},
+        )
+    assert "whole number" in str(caught.value)
+
+
+def test_only_the_first_host_writes_the_jobs_entry(tmp_path):
+    uri = f"file://{tmp_path / 'shared'}"
+    live = _live_with(tmp_path / "a", {"inductor/g": b"x"})
+    facts = _open(uri, live, writer=False).finish(live, succeeded=True)
+    assert facts["files_written"] == 0 and "first host" in facts["not_written"]
+    assert not (tmp_path / "shared" / COMPAT.key).exists()
+
+
+def test_the_writer_is_the_first_of_the_sorted_hosts(tmp_path):
+    from trcomp.contract.config import TrainingCompilerConfig
+    from trcomp_container import job_cache
+    from trcomp_container.devices import Devices
+    from trcomp_container.job import Job, JobPaths
+
+    config = TrainingCompilerConfig(backend="inductor", shared_cache=f"file://{tmp_path / 's'}")
+    written = {}
+    for host in ("algo-2", "algo-1"):
+        job = Job(
+            paths=JobPaths.under(tmp_path / host),
+            framework_params={},
+            user_args=[],
+            toolkit_env={},
+            entry_point="train.py",
+            module_dir="",
+            hosts=["algo-2", "algo-1"],
+            current_host=host,
+            num_gpus=0,
+            num_cpus=2,
+            instance_type="local_process",
+        )
+        cache = job_cache.open_for_job(config, job, "inductor", Devices(), tmp_path / host / "live")
+        assert cache is not None
+        written[host] = cache.writer
+    assert written == {"algo-1": True, "algo-2": False}
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory):
+    with moto_server(tmp_path_factory.mktemp("moto")) as server, aws_environment(server.url):
+        yield server
+
+
+def _public_write_policy(bucket: str) -> str:
+    statement = {
+        "Effect": "Allow",
+        "Principal": "*",
+        "Action": "s3:PutObject",
+        "Resource": f"arn:aws:s3:::{bucket}/*",
+    }
+    return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+
+
+def test_a_public_bucket_of_the_jobs_own_account_is_refused(moto, tmp_path):
+    import boto3
+
+    s3 = boto3.client("s3")
+    create_bucket("open-policy-cache")
+    s3.put_bucket_policy(
+        Bucket="open-policy-cache", Policy=_public_write_policy("open-policy-cache")
+    )
+    create_bucket("open-acl-cache")
+    s3.put_bucket_acl(Bucket="open-acl-cache", ACL="public-read-write")
+    for bucket, says in (("open-policy-cache", "policy is public"), ("open-acl-cache", "AllUsers")):
+        with pytest.raises(SharedCacheError, match=says) as caught:
+            _open(f"s3://{bucket}/compile", tmp_path / bucket)
+        assert "Block Public Access" in str(caught.value)
+
+    create_bucket("blocked-cache")
+    s3.put_bucket_policy(Bucket="blocked-cache", Policy=_public_write_policy("blocked-cache"))
+    s3.put_public_access_block(
+        Bucket="blocked-cache",
+        PublicAccessBlockConfiguration={
+            flag: True
+            for flag in (
+                "BlockPublicAcls",
+                "IgnorePublicAcls",
+                "BlockPublicPolicy",
+                "RestrictPublicBuckets",
+            )
+        },
+        ExpectedBucketOwner=ACCOUNT,
+    )
+    assert _open("s3://blocked-cache/compile", tmp_path / "ok").facts["entries_found"] == 0
+
+
+def test_the_key_can_come_from_secrets_manager(moto, tmp_path):
+    import boto3
+
+    create_bucket("signed-cache")
+    arn = boto3.client("secretsmanager").create_secret(Name="team-key", SecretString=KEY)["ARN"]
+    environ = {"TRCOMP_SHARED_CACHE_KEY_SECRET": arn}
+    uri = "s3://signed-cache/compile"
+    live = _live_with(tmp_path / "a", {"inductor/g": b"graph"})
+    writer = _open(uri, live, environ=environ)
+    assert writer.facts["signed"] is True
+    assert writer.finish(live, succeeded=True)["files_written"] == 1
+    assert _open(uri, tmp_path / "b" / "live", KEY).facts["files_read"] == 1  # the same key
+    assert _open(uri, tmp_path / "c" / "live", OTHER_KEY).facts["files_read"] == 0
+    with pytest.raises(SharedCacheError, match="cannot read the secret"):
+        _open(uri, tmp_path / "d", environ={"TRCOMP_SHARED_CACHE_KEY_SECRET": "no-such-secret"})
