@@ -86,7 +86,6 @@ def _ci(path: Path) -> str:
 
 KINDS: dict[str, Callable[[Path], str]] = {
     "bench": _bench,
-    "ci": _ci,
     "launch": _launch,
     "recorded": _recorded,
     "speedup_jobs": _speedup_jobs,

@@ -120,14 +120,3 @@ def test_a_recorded_row_of_the_wrong_width_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="has 1 cells, the header 2"):
         doctables.render("recorded", path)
 
-
-def test_the_ci_stage_times_render_as_a_table(tmp_path: Path) -> None:
-    timings = tmp_path / "ci.json"
-    stages = [
-        {"stage": "make install", "start_s": 0, "seconds": 200},
-        {"stage": "make test", "start_s": 200, "seconds": 900},
-    ]
-    timings.write_text(json.dumps({"commit": "abc1234", "stages": stages}))
-    rendered = doctables.render("ci", timings)
-    assert "| `make test` | 200 s | 900 s |" in rendered
-    assert rendered.rstrip().endswith("| whole run |  | 1100 s |")
