@@ -119,4 +119,3 @@ def test_a_recorded_row_of_the_wrong_width_is_an_error(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match="has 1 cells, the header 2"):
         doctables.render("recorded", path)
-
