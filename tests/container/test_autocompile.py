@@ -151,7 +151,8 @@ def test_a_forward_dynamo_cannot_trace_runs_eager_and_says_why(run):
     job = run("untraceable", TrainingCompilerConfig(backend="inductor", fallback="eager"))
     summary = job.summary
     assert summary["metrics"]["graphs_compiled"] == 0
-    assert summary["compiled"] == "nothing: Untraceable (compiled by trcomp but ran eager at the end)"
+    expected = "nothing: Untraceable (compiled by trcomp but ran eager at the end)"
+    assert summary["compiled"] == expected
     (warning,) = [w for w in summary["warnings"] if "nothing was compiled" in w]
     assert "dynamo could not trace the model" in warning and "disable" in warning
     assert "not measured" in job.output  # no speed-up without compiled steps
