@@ -4,8 +4,8 @@ The hung stores are real: a socket that accepts and never answers (an S3
 endpoint, a Redis), and a FIFO no one writes to (a file system that stopped
 answering: the read blocks in the kernel, where no timeout reaches). The
 budget being reported as hit and the read reporting nothing are what is
-asserted; the elapsed time is checked only against a generous bound (10x
-the budget), as a hang detector.
+asserted; no wall time is. A job that waited on the hung store would hang the
+test instead, which pytest-timeout stops (``HANG_S``).
 """
 
 from __future__ import annotations
@@ -39,20 +39,17 @@ def _open(uri: str, live: Path, *, remote_job: bool = False, **kwargs):
     )  # fmt: skip
 
 
-def _timed(call):
-    started = time.monotonic()
-    result = call()
-    return result, time.monotonic() - started
+HANG_S = 120  # a test still running after this waited on the hung store: failed
 
 
+@pytest.mark.timeout(HANG_S)
 def test_an_s3_endpoint_that_never_answers_makes_the_job_start_cold(tmp_path):
     with hung_server() as (port, accepted), aws_environment(f"http://127.0.0.1:{port}"):
-        cache, elapsed = _timed(lambda: _open("s3://team-cache/compile", tmp_path / "live"))
+        cache = _open("s3://team-cache/compile", tmp_path / "live")
     assert accepted, "the hung endpoint was never reached"
     assert cache.facts["read_budget_hit"] is True
     assert cache.facts["entries_read"] == 0 and cache.warm is False and cache.store is None
     assert "shared_cache_timeout_s=1" in cache.warnings[0]
-    assert elapsed < 10 * BUDGET_S
     assert cache.finish(tmp_path / "live", succeeded=True).get("files_written") is None
 
 
@@ -70,6 +67,7 @@ def fifo(tmp_path: Path) -> Iterator[Path]:
         time.sleep(0.05)
 
 
+@pytest.mark.timeout(HANG_S)
 def test_a_directory_store_that_blocks_makes_the_job_start_cold(tmp_path, fifo, monkeypatch):
     uri = f"file://{tmp_path / 'shared'}"
     live = tmp_path / "a" / "live"
@@ -83,10 +81,9 @@ def test_a_directory_store_that_blocks_makes_the_job_start_cold(tmp_path, fifo, 
 
     monkeypatch.setattr(DirectoryStore, "get", blocked_get)
     reader = tmp_path / "b" / "live"
-    cache, elapsed = _timed(lambda: _open(uri, reader))
+    cache = _open(uri, reader)
     assert cache.facts["read_budget_hit"] is True and cache.facts["entries_found"] == 1
     assert cache.facts["entries_read"] == 0 and cache.warm is False
-    assert elapsed < 10 * BUDGET_S
     assert not [p for p in reader.rglob("*") if p.is_file()]
 
     def blocked_put(self: DirectoryStore, name: str, source: Path) -> None:
@@ -96,19 +93,18 @@ def test_a_directory_store_that_blocks_makes_the_job_start_cold(tmp_path, fifo, 
     monkeypatch.setattr(DirectoryStore, "put", blocked_put)
     (reader / "inductor").mkdir(parents=True, exist_ok=True)
     (reader / "inductor" / "new").write_bytes(b"compiled here")
-    facts, elapsed = _timed(lambda: cache.finish(reader, succeeded=True))
+    facts = cache.finish(reader, succeeded=True)
     assert facts["write_budget_hit"] is True and facts["files_written"] == 0
-    assert elapsed < 10 * BUDGET_S
     assert threading.active_count() >= 2  # the abandoned reads are still blocked, not waited on
 
 
+@pytest.mark.timeout(HANG_S)
 def test_a_redis_that_never_answers_leaves_the_remote_caches_off(tmp_path):
     with hung_server() as (port, accepted):
-        cache, elapsed = _timed(lambda: _open(f"redis://127.0.0.1:{port}", tmp_path / "live"))
+        cache = _open(f"redis://127.0.0.1:{port}", tmp_path / "live")
     assert accepted
     assert cache.environment == {} and cache.facts["remote_cache"] is False
     assert cache.warm is False and "without inductor's remote caches" in cache.warnings[0]
-    assert elapsed < 10 * BUDGET_S
 
 
 def test_a_redis_that_refuses_connections_leaves_the_remote_caches_off(tmp_path):
