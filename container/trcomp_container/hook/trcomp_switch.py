@@ -64,7 +64,7 @@ class Switch:
         self.store = DecisionStore(Path(cache) / _STORE_FILE) if cache else None
         if self.engine != "inductor":
             return
-        if getattr(config, "measure_speedup", True):
+        if config.measure_speedup:
             self.probe = SpeedupProbe()
         if config.auto_compile:
             self.autocompile = AutoCompile(
@@ -115,7 +115,7 @@ class Switch:
                 "inputs": inputs,
                 "autocast": _autocast(torch),
                 "config": config,
-                "versions": [torch.__version__, getattr(self.config, "trcomp_version", None)],
+                "versions": [torch.__version__, self.config.trcomp_version],
                 "device": _device(torch),
                 "world_size": os.environ.get("WORLD_SIZE", "1"),
                 "script": list(sys.argv),
