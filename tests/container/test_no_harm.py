@@ -218,7 +218,11 @@ def test_data_parallel_leaves_the_model_eager_and_points_to_one_process_per_gpu(
     # DataParallel itself runs in the corpus: tests/container/corpus/data_parallel_cpu.py).
     policy = hooks()
     try:
-        model = nn.DataParallel(Net())
+        # Built without device placement: in a worker where the jax engine ran,
+        # torchax's registered backend would be DataParallel's device.
+        model = nn.DataParallel.__new__(nn.DataParallel)
+        nn.Module.__init__(model)
+        model.module = Net()
         policy._pre(model, (torch.randn(2, 4),))
         policy._post(model, (), None)
     finally:

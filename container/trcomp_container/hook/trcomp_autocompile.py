@@ -397,7 +397,8 @@ class AutoCompile:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             nonlocal compiled, trained
-            if entry.failed is not None or owner.eager:
+            # torch.jit.trace of the model (an export after training) records eager ops.
+            if entry.failed is not None or owner.eager or owner._torch.jit.is_tracing():
                 return module._call_impl(*args, **kwargs)
             now = _trained(module)
             if now != trained:
