@@ -310,9 +310,13 @@ def _dump() -> None:
         if _switch is not None:
             body.update(_switch.report(time.time() - _START))
             body["warnings"] = [*_state.warnings, *_switch.warnings]
+        aot = _switch.aot_report() if _switch is not None else None
         body["compile"] = trcomp_reports.compile_report(
-            _state.compile_s, _state.compile_events, _state.recompiles
+            _state.compile_s + (aot["seconds"] if aot else 0.0),
+            _state.compile_events + (aot["events"] if aot else 0),
+            _state.recompiles,
         )
+        body["compile"]["aot"] = aot
         body["xla"] = trcomp_reports.xla_report(
             _state.xla_compiles_at_step3, _state.xla_compiles_at_last_step
         )

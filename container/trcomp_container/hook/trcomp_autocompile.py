@@ -50,8 +50,12 @@ import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from trcomp_aot import AotCall, unsupported_reason
+
+from trcomp._version import __version__
 from trcomp.contract import regions
 from trcomp.contract.regions import RegionalCall, compile_in_place
 
@@ -94,6 +98,15 @@ class CompiledModule:
     """Dynamo's limit this module hit (``recompile_limit (8): <last reason>``)."""
     recompiled: str | None = None
     """Why the hook compiled the module afresh, if it did."""
+    aot: AotCall | None = None
+    """Its ahead-of-time artifact (torch >= 2.14, compile cache on), when it may have one."""
+    aot_off: str | None = None
+    """Why it has none, when the job keeps artifacts."""
+
+    @property
+    def ran_aot(self) -> bool:
+        """Whether an ahead-of-time artifact ran some of its calls."""
+        return self.aot is not None and self.aot.state.calls > 0
 
     @property
     def regional(self) -> str | None:
@@ -117,6 +130,9 @@ class CompiledModule:
             "ran_compiled": self.ran_compiled,
             "limit": self.limit,
             "recompiled": self.recompiled,
+            "aot": self.aot.state.as_dict()
+            if self.aot is not None
+            else (None if self.aot_off is None else {"path": "off", "reason": self.aot_off}),
         }
 
 
@@ -211,6 +227,8 @@ class AutoCompile:
     ``on_model`` is called with each outermost trained module seen (compiled by
     the hook or by the script) and its call's arguments, e.g. to fingerprint the
     model; ``on_error`` with a message when the hooks stopped over an error of their own.
+    ``aot_dir``: where ahead-of-time artifacts are loaded from and saved to
+    (:mod:`trcomp_aot`); None: never (the compile cache is off, or ``aot=False``).
     """
 
     def __init__(
@@ -222,8 +240,10 @@ class AutoCompile:
         regional: bool = False,
         on_model: Callable[[Any, Any], None] | None = None,
         on_error: Callable[[str], None] | None = None,
+        aot_dir: Path | None = None,
     ) -> None:
         self._torch = torch
+        self.aot_dir = aot_dir
         self.compile_kwargs = compile_kwargs
         self.fallback_eager = fallback_eager
         self.regional = regional
@@ -349,10 +369,37 @@ class AutoCompile:
         except Exception as exc:
             entry.failed = f"{type(exc).__name__}: {exc}"[:_REASON_CHARS]
             return
+        compiled: Callable[..., Any] = entry.call
+        if self.aot_dir is not None and not entry.call.groups:
+            entry.aot_off = unsupported_reason(self._torch, module, self.compile_kwargs)
+            if entry.aot_off is None:
+                entry.aot = AotCall(
+                    self._torch,
+                    module,
+                    entry.call,
+                    compile_kwargs=self.compile_kwargs,
+                    directory=self.aot_dir,
+                    trcomp_version=__version__,
+                    on_ready=self._aot_ready,
+                )
+                compiled = entry.aot
+        elif self.aot_dir is not None:
+            entry.aot_off = "regional compilation: the model is not one ahead-of-time graph"
         # What nn.Module.compile() does, with a frame dynamo traces: compiling
         # module._call_impl itself compiles nothing for modules defined in torch.nn
         # (Sequential, ...), whose frames dynamo skips.
-        module._compiled_call_impl = self._guarded(module, entry.call, entry)
+        module._compiled_call_impl = self._guarded(module, compiled, entry)
+
+    def _aot_ready(self) -> None:
+        # An artifact loaded or compiled ahead of time: no dynamo compile start to
+        # remove the hooks on (Switch.before_compile), so they go here.
+        if self.saw_model:
+            self.remove()
+
+    @property
+    def aot_graphs(self) -> int:
+        """Modules that ran an ahead-of-time artifact (graphs dynamo did not count)."""
+        return sum(1 for entry in self.compiled if entry.ran_aot)
 
     def _traced(self, module: Any, entry: CompiledModule) -> Callable[..., Any]:
         """The function dynamo compiles for ``module``: its own code object and name.
@@ -382,6 +429,8 @@ class AutoCompile:
         """
         if entry.call is not None and entry.call.groups:
             regions.unmark_regions(entry.call.groups)
+        if entry.aot is not None:
+            entry.aot.state.reason = "not used after requires_grad of its parameters changed"
         entry.call = RegionalCall(
             self._torch.compile(self._traced(module, entry), **self.compile_kwargs), [], self._torch
         )
@@ -435,8 +484,8 @@ class AutoCompile:
         """
         modules = [entry.as_dict() for entry in self.compiled]
         if graphs == 0:
-            for module in modules:
-                module["ran_compiled"] = False
+            for entry, module in zip(self.compiled, modules, strict=True):
+                module["ran_compiled"] = module["ran_compiled"] and entry.ran_aot
         return {
             "modules": modules,
             "script_compiled": list(self.script_compiled),

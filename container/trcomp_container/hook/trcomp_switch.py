@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from trcomp_aot import AOT_DIR
 from trcomp_autocompile import AutoCompile, module_signature
 from trcomp_speedup import (
     REMEASURE_AFTER,
@@ -67,6 +68,8 @@ class Switch:
         if config.measure_speedup:
             self.probe = SpeedupProbe()
         if config.auto_compile:
+            # getattr: a RuntimeConfig written by an older trcomp has no aot field.
+            keep_aot = bool(cache) and getattr(config, "aot", True)
             self.autocompile = AutoCompile(
                 torch,
                 compile_kwargs=config.compile_kwargs(),
@@ -74,6 +77,7 @@ class Switch:
                 regional=config.compiles_regionally,
                 on_model=self._on_model,
                 on_error=self.warnings.append,
+                aot_dir=Path(cache) / AOT_DIR if keep_aot and cache else None,
             )
             self.autocompile.install()
 
@@ -160,7 +164,7 @@ class Switch:
         def finish(measurement: Measurement) -> str | None:
             return self._finish(measurement, clock)
 
-        switch = self.probe.on_step(step, compile_events, finish, compiled=_graphs() > 0)
+        switch = self.probe.on_step(step, compile_events, finish, compiled=self._graphs_run() > 0)
         if switch == "eager":
             skip = _memory_reason(self._torch)
             if skip is not None:
@@ -218,6 +222,26 @@ class Switch:
         if stance != self._stance:
             self._torch.compiler.set_stance(stance)
             self._stance = stance
+
+    def _graphs_run(self) -> int:
+        """Graphs dynamo compiled, and ahead-of-time artifacts that ran (loaded ones too)."""
+        aot = self.autocompile.aot_graphs if self.autocompile is not None else 0
+        return _graphs() + aot
+
+    def aot_report(self) -> dict[str, Any]:
+        """Ahead-of-time artifacts compiled or loaded: dynamo's compile callbacks see neither."""
+        states = [
+            entry.aot.state
+            for entry in (self.autocompile.compiled if self.autocompile is not None else [])
+            if entry.aot is not None
+        ]
+        paths = [state.path for state in states]
+        return {
+            "events": sum(1 for path in paths if path != "off"),
+            "seconds": sum(state.seconds for state in states),
+            "loaded": paths.count("loaded"),
+            "saved": paths.count("saved"),
+        }
 
     # -- report -----------------------------------------------------------------
 

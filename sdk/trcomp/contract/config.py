@@ -51,6 +51,7 @@ _NEWER_FIELDS = (
     "keep_faster",
     "regional",
     "measure_speedup",
+    "aot",
 )
 # Values echoed in error messages are cut to this many characters.
 _SHOWN_CHARS = 80
@@ -211,6 +212,19 @@ class TrainingCompilerConfig(BaseModel):
         "80% of the device's. Inductor only.",
     )
 
+    aot: bool = Field(
+        default=True,
+        description="Warm starts from ahead-of-time artifacts, where torch has them "
+        "(torch >= 2.14, framework_version='2.14'): the model the zero-code path compiles "
+        "is compiled ahead of time (forward and backward, one graph) at its first compiled "
+        "call and saved in the compile cache; the next job of the lineage, or one reading "
+        "the same shared_cache, loads it instead of tracing and compiling. Used only when "
+        "it fits (versions, machine, model structure, input signature, source unchanged, "
+        "torch's guards); anything else takes the normal torch.compile path and the "
+        "summary says which ran. Needs cache=True. False: always trace and compile. "
+        "Inductor only.",
+    )
+
     @field_validator("xla_flags")
     @classmethod
     def _check_xla_flags(cls, flags: list[str]) -> list[str]:
@@ -251,6 +265,7 @@ class TrainingCompilerConfig(BaseModel):
                 "keep_faster": self.keep_faster is not None,
                 "regional": self.regional is not None,
                 "measure_speedup=False": not self.measure_speedup,
+                "aot=False": not self.aot,
             }
             bad = [name for name, is_set in inductor_only.items() if is_set]
             if bad:

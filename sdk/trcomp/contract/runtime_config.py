@@ -68,6 +68,7 @@ class RuntimeConfig(BaseModel):
     shared_cache_insecure: bool = False
     regional: bool | None = None
     measure_speedup: bool = True
+    aot: bool = True
     requested_backend: Backend = Field(
         default="auto", description="The config's backend, before `auto` was resolved."
     )

@@ -1,0 +1,328 @@
+"""Warm starts from ahead-of-time compiled artifacts (torch's ``aot_compile``, torch >= 2.14).
+
+A job that compiles a module the start-up hook found traces it with dynamo and
+compiles it with inductor; with a warm compile cache inductor skips the
+kernel builds, but dynamo still traces and AOTAutograd still rebuilds its
+graphs. Where torch has ``torch.compile(...).aot_compile`` and
+``torch.compiler.load_compiled_function``, the module's ``forward`` is
+compiled ahead of time instead, forward and backward, at its first compiled
+call, and the artifact is saved in the job's compile cache
+(``$TRCOMP_CACHE_DIR/aot/<key>.pt2``, beside ``<key>.json``). The next job of
+the lineage, or any job reading the same shared cache, loads it: no tracing,
+no compiling.
+
+An artifact is used only when it fits. Its key (:func:`artifact_key`) holds
+the versions (torch, Python, trcomp), the machine, the module's structure
+(classes, parameter and buffer names, shapes, dtypes, ``requires_grad``,
+train/eval flags), the call's input signature (shapes, dtypes, devices,
+strides; scalar values, which dynamo specializes on), grad mode, autocast and
+the ``torch.compile`` arguments. The ``.json`` beside it lists every source
+range dynamo traced (the script's ``forward`` and the torch modules it
+inlined) with a digest of its text: an edited ``forward`` makes the artifact
+stale. Then torch's own guards (:meth:`guard_check`) run before every call;
+a call they refuse runs the normal compiled path.
+
+Where ``aot_compile`` does not apply (a graph break: it needs ``fullgraph``;
+CUDA graphs; the module's own forward hooks, which ``forward`` does not run;
+regional compilation) or anything fails, the module takes the normal
+``torch.compile`` path and :class:`AotState` says why. Artifacts live in the
+compile cache, so they go through the same trust checks as every other entry
+of a shared cache (docs/remote.md): an artifact is pickled code.
+
+Standard library only at import; callers pass the ``torch`` module in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["AOT_DIR", "AotCall", "AotState", "artifact_key", "unsupported_reason"]
+
+AOT_DIR = "aot"
+"""The artifacts' folder inside the job's compile cache (``TRCOMP_CACHE_DIR``)."""
+_REASON_CHARS = 300
+_CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+_MODULE_HOOKS = (
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+)
+
+
+def unsupported_reason(torch: Any, module: Any, compile_kwargs: dict[str, Any]) -> str | None:
+    """Why ``module`` cannot get an AOT artifact on this torch; None: it can."""
+    compiler = getattr(torch, "compiler", None)
+    if not hasattr(compiler, "load_compiled_function"):
+        return f"torch {torch.__version__} has no torch.compiler.load_compiled_function"
+    if compile_kwargs.get("backend", "inductor") != "inductor":
+        return "only inductor's artifacts are saved"
+    if compile_kwargs.get("mode") in _CUDA_GRAPH_MODES:
+        mode = compile_kwargs["mode"]
+        return f"mode={mode!r} records CUDA graphs, which an artifact does not hold"
+    for name in _MODULE_HOOKS:
+        if getattr(module, name, None):
+            return "the module has hooks of its own, which its forward alone would not run"
+    return None
+
+
+def _describe(value: Any, torch: Any, depth: int = 0) -> Any:
+    """What a compiled graph depends on in one argument (JSON-able)."""
+    if isinstance(value, torch.Tensor):
+        return [
+            "tensor",
+            list(value.shape),
+            list(value.stride()),
+            str(value.dtype),
+            value.device.type,
+            bool(value.requires_grad),
+        ]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return [type(value).__name__, value]
+    if depth < 4 and isinstance(value, (list, tuple)):
+        return [type(value).__name__, [_describe(item, torch, depth + 1) for item in value]]
+    if depth < 4 and isinstance(value, dict):
+        return [
+            "dict",
+            [[str(key), _describe(item, torch, depth + 1)] for key, item in value.items()],
+        ]
+    return [type(value).__module__ + "." + type(value).__qualname__]
+
+
+def _autocast(torch: Any) -> list[Any]:
+    found = []
+    for device in ("cpu", "cuda"):
+        try:
+            if torch.is_autocast_enabled(device):
+                found.append([device, str(torch.get_autocast_dtype(device))])
+        except Exception:  # an older torch without the device argument
+            continue
+    return found
+
+
+def artifact_key(
+    torch: Any,
+    module: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    compile_kwargs: dict[str, Any],
+    trcomp_version: str,
+) -> str:
+    """The name of the artifact that fits this module, call and setting (a digest)."""
+    facts = {
+        "torch": torch.__version__,
+        "python": list(sys.version_info[:3]),
+        "trcomp": trcomp_version,
+        "machine": platform.machine(),
+        "classes": [
+            f"{type(sub).__module__}.{type(sub).__qualname__}:{int(sub.training)}"
+            for sub in module.modules()
+        ],
+        "parameters": [
+            [name, *_describe(param, torch)] for name, param in module.named_parameters()
+        ],
+        "buffers": [[name, *_describe(buffer, torch)] for name, buffer in module.named_buffers()],
+        "args": [_describe(arg, torch) for arg in args],
+        "kwargs": [[name, _describe(value, torch)] for name, value in sorted(kwargs.items())],
+        "grad": bool(torch.is_grad_enabled()),
+        "autocast": _autocast(torch),
+        "compile": {key: str(value) for key, value in sorted(compile_kwargs.items())},
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _source_digest(module_name: str, first: int, last: int) -> str | None:
+    """A digest of lines ``first`` to ``last - 1`` of a module's source as it is now."""
+    try:
+        module = sys.modules.get(module_name) or importlib.import_module(module_name)
+        lines = inspect.getsource(module).splitlines(keepends=True)[first - 1 : last - 1]
+    except Exception:
+        return None
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def _sources(compiled: Any) -> list[list[Any]]:
+    """Every source range dynamo traced for ``compiled``, with its digest now."""
+    found = []
+    for source in compiled.source_info().inlined_sources:
+        digest = _source_digest(source.module, source.firstlineno, source.lastlineno)
+        found.append([source.module, source.firstlineno, source.lastlineno, digest])
+    return sorted(found, key=lambda item: (item[0], item[1]))
+
+
+def _stale_source(sources: list[list[Any]]) -> str | None:
+    for module_name, first, last, digest in sources:
+        if digest is None or _source_digest(module_name, first, last) != digest:
+            return f"{module_name} lines {first}-{last - 1} changed since the artifact was saved"
+    return None
+
+
+@dataclass
+class AotState:
+    """What happened to one module's AOT artifact (part of the hook's report)."""
+
+    path: str = "off"
+    """``loaded`` (warm start from an artifact), ``saved`` (compiled ahead of time, saved),
+    ``compiled`` (compiled ahead of time, not saved), ``off`` (normal torch.compile path)."""
+    reason: str | None = None
+    key: str | None = None
+    seconds: float = 0.0
+    """Compiling (``saved``/``compiled``) or loading (``loaded``) the artifact."""
+    calls: int = 0
+    other_calls: int = 0
+    """Calls the artifact's guards refused, run by the normal compiled path."""
+    stale: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "reason": self.reason,
+            "key": self.key,
+            "seconds": round(self.seconds, 4),
+            "calls": self.calls,
+            "other_calls": self.other_calls,
+            "stale": list(self.stale),
+        }
+
+
+class AotCall:
+    """The compiled call of one module: its AOT artifact where one fits, else ``fallback``.
+
+    ``fallback`` is the normal ``torch.compile`` of the module's call (compiled
+    lazily, at its first call). ``directory`` is where artifacts are kept.
+    ``on_ready`` runs once, when an artifact is loaded or compiled (the hook
+    removes its global hooks then, as it does when dynamo starts compiling).
+    """
+
+    def __init__(
+        self,
+        torch: Any,
+        module: Any,
+        fallback: Callable[..., Any],
+        *,
+        compile_kwargs: dict[str, Any],
+        directory: Path,
+        trcomp_version: str,
+        on_ready: Callable[[], None] | None = None,
+    ) -> None:
+        self._torch = torch
+        self._module = module
+        self.fallback = fallback
+        self._compile_kwargs = compile_kwargs
+        self._directory = directory
+        self._trcomp_version = trcomp_version
+        self._on_ready = on_ready
+        self._fn: Any = None
+        self._first = True
+        self.state = AotState()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._first:
+            self._first = False
+            self._prepare(args, kwargs)
+        fn = self._fn
+        if fn is not None:
+            if fn.guard_check(self._module, *args, **kwargs):
+                self.state.calls += 1
+                return fn(self._module, *args, **kwargs)
+            self.state.other_calls += 1
+        return self.fallback(*args, **kwargs)
+
+    # -- first call: load or compile ahead of time --------------------------------
+
+    def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        state = self.state
+        try:
+            key = artifact_key(
+                self._torch, self._module, args, kwargs, self._compile_kwargs, self._trcomp_version
+            )
+            state.key = key
+            started = time.perf_counter()
+            loaded = self._load(key, args, kwargs)
+            if loaded is not None:
+                self._fn, state.path = loaded, "loaded"
+            else:
+                started = time.perf_counter()
+                self._fn = self._compile(args, kwargs)
+                state.path = "compiled"
+                state.reason = self._save(key)
+                if state.reason is None:
+                    state.path = "saved"
+            state.seconds = time.perf_counter() - started
+        except Exception as exc:
+            self._fn = None
+            state.path = "off"
+            state.reason = _short(f"ahead-of-time compile failed, normal path: {exc}", exc)
+            return
+        if self._on_ready is not None:
+            self._on_ready()
+
+    def _paths(self, key: str) -> tuple[Path, Path]:
+        return self._directory / f"{key}.pt2", self._directory / f"{key}.json"
+
+    def _load(self, key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        artifact, meta_path = self._paths(key)
+        if not (artifact.is_file() and meta_path.is_file()):
+            return None
+        try:
+            meta = json.loads(meta_path.read_text())
+            stale = _stale_source(meta.get("sources") or [])
+            if stale is not None:
+                self.state.stale.append(stale)
+                return None
+            forward = type(self._module).forward
+            with artifact.open("rb") as handle:
+                fn = self._torch.compiler.load_compiled_function(
+                    handle, f_globals=getattr(forward, "__globals__", None)
+                )
+            fn.disable_guard_check()  # checked before each call, in __call__
+            if not fn.guard_check(self._module, *args, **kwargs):
+                self.state.stale.append("its guards refused this call")
+                return None
+            return fn
+        except Exception as exc:
+            self.state.stale.append(_short("could not be loaded", exc))
+            return None
+
+    def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        options = {**self._compile_kwargs, "fullgraph": True}
+        compiled = self._torch.compile(self._module.forward, **options)
+        fn = compiled.aot_compile((args, kwargs))
+        fn.disable_guard_check()
+        return fn
+
+    def _save(self, key: str) -> str | None:
+        """Save the artifact and its sources; the reason when it could not be saved."""
+        artifact, meta_path = self._paths(key)
+        partial = artifact.with_name(artifact.name + ".partial")
+        try:
+            sources = _sources(self._fn)
+            if any(digest is None for *_, digest in sources):
+                return "a traced source could not be read back, so staleness could not be checked"
+            self._directory.mkdir(parents=True, exist_ok=True)
+            self._fn.save_compiled_function(str(partial))
+            meta = {"key": key, "sources": sources, "torch": self._torch.__version__}
+            meta_partial = meta_path.with_name(meta_path.name + ".partial")
+            meta_partial.write_text(json.dumps(meta, indent=1))
+            os.replace(partial, artifact)
+            os.replace(meta_partial, meta_path)
+        except Exception as exc:
+            partial.unlink(missing_ok=True)
+            return _short("compiled ahead of time but not saved", exc)
+        return None
+
+
+def _short(prefix: str, exc: BaseException) -> str:
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return f"{prefix}: {text}"[:_REASON_CHARS]

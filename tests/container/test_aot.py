@@ -1,0 +1,154 @@
+"""Warm starts from ahead-of-time artifacts (trcomp_aot), in real child processes.
+
+A plain loop (no trcomp import) runs under the start-up hook twice with the
+same compile cache (``TRCOMP_CACHE_DIR``), as two jobs of one lineage would.
+On a torch with ``aot_compile`` (2.14) the first saves the model's artifact
+and the second loads it: dynamo compiles nothing there, and both train the
+same as the compiler-off run. On torch 2.9 the record says why there is no
+artifact and the normal path runs. Counters, not times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import jobs
+from tests.helpers.records import RANKS, read_records
+from trcomp import TrainingCompilerConfig
+from trcomp_container.backends import resolve_backend
+from trcomp_container.devices import Devices
+from trcomp_container.environment import build_environment
+from trcomp_container.job import JobPaths
+
+pytestmark = pytest.mark.slow
+
+torch = pytest.importorskip("torch")
+HAS_AOT = hasattr(torch.compiler, "load_compiled_function")
+CPU = Devices()
+
+SCRIPT = """
+import json, os, sys
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 32)
+        self.b = nn.Linear(32, 1)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x))) * SCALE
+
+SCALE = float(os.environ.get("SCALE", "1.0"))
+torch.manual_seed(0)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+losses = []
+for step in range(6):
+    x, y = torch.randn(8, 8), torch.randn(8, 1)
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    losses.append(loss.item())
+with torch.no_grad():
+    model.eval()
+    losses.append(model(torch.ones(2, 8)).sum().item())
+json.dump(losses, open(os.environ["LOSSES_OUT"], "w"))
+"""
+
+
+def run(base: Path, cache: Path, config: TrainingCompilerConfig, script: Path) -> dict[str, Any]:
+    """``script`` as the container runs it, with ``cache`` as the job's compile cache."""
+    paths = JobPaths.under(base)
+    for directory in (paths.model, paths.output_data, paths.code):
+        directory.mkdir(parents=True, exist_ok=True)
+    env = build_environment(
+        config=config,
+        backend=resolve_backend(config, CPU),
+        devices=CPU,
+        paths=paths,
+        base_env={**jobs.job_env(base), "LOSSES_OUT": str(base / "losses.json")},
+        metrics_dir=paths.output / RANKS,
+        cache_dir=cache,
+        scratch_dir=base / "scratch",
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, cwd=base, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = read_records(base / "output")  # none when the compiler is off
+    return {
+        "losses": json.loads((base / "losses.json").read_text()),
+        "record": records[0] if records else None,
+    }
+
+
+def aot_of(record: dict[str, Any]) -> dict[str, Any]:
+    (module,) = record["autocompile"]["modules"]
+    return module["aot"]
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+OFF = TrainingCompilerConfig(enabled=False)
+
+
+@pytest.mark.skipif(not HAS_AOT, reason=f"torch {torch.__version__} has no aot_compile")
+def test_second_job_loads_the_artifact_an_edited_forward_does_not(
+    tmp_path: Path, script: Path
+) -> None:
+    cache = tmp_path / "cache"
+    off = run(tmp_path / "off", tmp_path / "off-cache", OFF, script)
+    first = run(tmp_path / "first", cache, TrainingCompilerConfig(), script)
+    second = run(tmp_path / "second", cache, TrainingCompilerConfig(), script)
+
+    assert aot_of(first["record"])["path"] == "saved", aot_of(first["record"])
+    assert len(list((cache / "aot").glob("*.pt2"))) == 1
+    loaded = aot_of(second["record"])
+    assert loaded["path"] == "loaded", loaded
+    assert loaded["key"] == aot_of(first["record"])["key"]
+    # Every training call of the second job ran the artifact; the eval call (grad off)
+    # was refused by its guards and took the normal path.
+    assert loaded["calls"] >= 4 and loaded["other_calls"] == 1, loaded
+    assert second["record"]["compile"]["aot"]["loaded"] == 1
+    (module,) = second["record"]["autocompile"]["modules"]
+    assert module["ran_compiled"] is True
+    for job in (first, second):
+        assert job["losses"] == pytest.approx(off["losses"], abs=1e-5)
+
+    # Same classes, parameters and inputs, same numbers: only the forward's text differs.
+    script.write_text(SCRIPT.replace(") * SCALE", ") * SCALE * 1.0"))
+    edited = run(tmp_path / "edited", cache, TrainingCompilerConfig(), script)
+    aot = aot_of(edited["record"])
+    assert aot["path"] == "saved", aot
+    assert any("changed since the artifact was saved" in why for why in aot["stale"]), aot
+    assert edited["losses"] == pytest.approx(off["losses"], abs=1e-5)
+    assert len(list((cache / "aot").glob("*.pt2"))) == 1  # saved over the stale one
+
+
+def test_aot_off_says_why(tmp_path: Path, script: Path) -> None:
+    """aot=False, or a torch without aot_compile: the normal path, and the record says so."""
+    config = TrainingCompilerConfig(aot=False) if HAS_AOT else TrainingCompilerConfig()
+    result = run(tmp_path / "job", tmp_path / "cache", config, script)
+    (module,) = result["record"]["autocompile"]["modules"]
+    assert module["ran_compiled"] is True
+    if HAS_AOT:
+        assert module["aot"] is None
+    else:
+        assert module["aot"]["path"] == "off"
+        assert "has no torch.compiler.load_compiled_function" in module["aot"]["reason"]
+    assert not (tmp_path / "cache" / "aot").exists()
