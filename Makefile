@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 
-.PHONY: install install-v3 test-v3 demo test test-fast test-sdk-lowest lint image base-image docker-engine test-container bench gpu-check docs clean
+.PHONY: install install-214 install-v3 test-v3 demo test test-fast test-sdk-lowest lint image base-image docker-engine test-container bench gpu-check docs clean
 
 install: $(VENV)/.installed
 
@@ -16,6 +16,26 @@ $(VENV)/.installed: pyproject.toml
 	# torch-xla 2.9.0 ships an older copy of `torchax`: the pinned torchax must win.
 	$(PY) -m pip install -q --no-deps --force-reinstall "$$($(PY) -c \
 		'import importlib.metadata as m; print(next(r.split(";")[0] for r in m.requires("trcomp") if r.startswith("torchax")))')"
+	touch $@
+
+# torch 2.14 (framework_version="2.14") in its own environment: the 2.9 one has
+# torch-xla, jax and torchax, which need torch 2.9. Inductor only, as in the 2.14
+# image. Process-mode jobs asking for 2.14 run in it through
+# TRCOMP_PROCESS_PYTHON_2_14=$(VENV_214)/bin/python (docs/process-mode.md). The torch
+# version is read from the table of images, trcomp.image.uris.IMAGES.
+VENV_214 ?= .venv-214
+PY_214 := $(VENV_214)/bin/python
+TORCH_214 := $(shell grep -o '"2\.14\.[0-9]*"' sdk/trcomp/image/uris.py | head -n 1 | tr -d '"')
+install-214: $(VENV_214)/.installed
+
+$(VENV_214)/.installed: pyproject.toml sdk/trcomp/image/uris.py
+	test -n "$(TORCH_214)"
+	test -x $(PY_214) || $(PYTHON) -m venv $(VENV_214)
+	$(PY_214) -m pip install -q --upgrade pip
+	$(PY_214) -m pip install -q "torch==$(TORCH_214)" -e ".[sdk-v2,test,hf]" \
+		"$$(sed -n 's/^ *"\(sagemaker-training[^"]*\)",$$/\1/p' pyproject.toml)" \
+		"$$(sed -n 's/^ *"\(redis[^"]*\)",$$/\1/p' pyproject.toml)"
+	$(PY_214) -c "import torch; assert torch.__version__.split('+')[0] == '$(TORCH_214)', torch.__version__"
 	touch $@
 
 # SageMaker SDK v3 (trcomp.v3.ModelTrainer) in its own environment: v2 and v3
@@ -76,8 +96,12 @@ clean:
 # make image OFFLINE=1            builds on trcomp-base:bookworm, made here with debootstrap
 # make image BASE_IMAGE=...       builds on any image with python3 (Debian/Ubuntu based)
 # make image EXTRA_CA_BUNDLE=f    trusts an extra CA bundle (TLS-inspecting proxies)
+# make image TORCH_VERSION=2.14   the image of another torch version (trcomp.image.uris.IMAGES;
+#                                 default: the default version), tagged as local mode runs it
 BASE_TAG ?= trcomp-base:bookworm
-IMAGE_TAG ?= trcomp-training:latest
+TORCH_VERSION ?=
+# Empty: the tag local mode runs for TORCH_VERSION (trcomp-training:latest for the default).
+IMAGE_TAG ?=
 ifeq ($(OFFLINE),1)
 BASE_IMAGE ?= $(BASE_TAG)
 endif
@@ -92,7 +116,8 @@ base-image: docker-engine
 
 # One build path: `make image` runs `trcomp image build` (trcomp.image.build.run_build);
 # building on $(BASE_TAG) makes it first with container/build_base.sh (--offline).
-IMAGE_BUILD_ARGS = --tag "$(IMAGE_TAG)"
+IMAGE_BUILD_ARGS = $(if $(IMAGE_TAG),--tag "$(IMAGE_TAG)")
+IMAGE_BUILD_ARGS += $(if $(TORCH_VERSION),--framework-version "$(TORCH_VERSION)")
 IMAGE_BUILD_ARGS += $(if $(filter $(BASE_TAG),$(BASE_IMAGE)),--offline)
 IMAGE_BUILD_ARGS += $(if $(BASE_IMAGE),--base-image "$(BASE_IMAGE)")
 IMAGE_BUILD_ARGS += $(if $(EXTRA_CA_BUNDLE),--extra-ca-bundle "$(EXTRA_CA_BUNDLE)")

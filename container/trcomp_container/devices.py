@@ -10,7 +10,6 @@ instance only, so on MIG instances the job runs one process on one of them.
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 import shutil
@@ -18,6 +17,8 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
+
+from trcomp.contract.instances import tpu_chips
 
 __all__ = [
     "Devices",
@@ -170,9 +171,7 @@ def detect_devices(
     ``TPU_ACCELERATOR_TYPE`` alone marks a TPU host without them.
     """
     environ = os.environ if environ is None else environ
-    chips = len(glob.glob("/dev/accel[0-9]*")) or len(glob.glob("/dev/vfio/[0-9]*"))
-    if not chips and environ.get("TPU_ACCELERATOR_TYPE"):
-        chips = 1
+    chips = tpu_chips(environ)
     host = max(0, int(num_gpus))
     if listing is None and host:
         listing = list_gpus()

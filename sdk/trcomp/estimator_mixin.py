@@ -104,11 +104,16 @@ class _CompilerMixin:
     _trcomp_framework: str | None = None
 
     def _trcomp_prepare(
-        self, compiler_config: Any, image_uri: str | None, kwargs: dict[str, Any]
+        self,
+        compiler_config: Any,
+        image_uri: str | None,
+        kwargs: dict[str, Any],
+        torch_version: str | None = None,
     ) -> str:
         """Adjust constructor arguments before the SageMaker class sees them.
 
-        Returns the image URI to hand to the SageMaker constructor.
+        Returns the image URI to hand to the SageMaker constructor; ``torch_version``
+        picks the local image's tag (None: the default version's).
         """
         config = as_trcomp_config(compiler_config)
         self._trcomp_config = config
@@ -138,7 +143,7 @@ class _CompilerMixin:
         if image_uri is not None:
             return image_uri
         if instance_type in (*DOCKER_LOCAL_MODES, PROCESS_MODE):
-            return local_image_uri()
+            return local_image_uri(torch_version)
         return DEFERRED_IMAGE
 
     def _trcomp_finish(self, distribution: dict[str, Any] | None) -> None:
@@ -167,6 +172,7 @@ class _CompilerMixin:
         return JobSpec.from_estimator(
             cast("EstimatorBase", self),
             compiler_config=self._trcomp_config,
+            framework_version=self._trcomp_torch_version(),
             image_uri=None if image == DEFERRED_IMAGE else image,
             image_is_default=self._trcomp_image_is_default,
         )

@@ -39,13 +39,19 @@ from trcomp.image.uris import (  # noqa: E402
     DEFAULT_FRAMEWORK_VERSION,
     DEFAULT_PY_VERSION,
     check_versions,
+    default_image,
+    image_for,
 )
 
 __all__ = ["PROCESS_MODE", "Estimator", "HuggingFace", "PyTorch", "as_trcomp_config"]
 
 logger = logging.getLogger("trcomp")
 
-DEFAULT_TRANSFORMERS_VERSION = "4.57"
+DEFAULT_TRANSFORMERS_VERSION = default_image().transformers
+"""``trcomp.HuggingFace``'s transformers version with the default torch; each torch
+version of :data:`trcomp.image.uris.IMAGES` has its own (``ImageVersions.transformers``)."""
+# transformers_version left out: the one paired with pytorch_version in IMAGES.
+_PAIRED = "paired-with-pytorch-version"
 
 
 def _refuse_mxnet(kwargs: dict[str, Any], replacement: str) -> None:
@@ -65,8 +71,9 @@ def _refuse_mxnet(kwargs: dict[str, Any], replacement: str) -> None:
 class PyTorch(_CompilerMixin, sagemaker.pytorch.PyTorch):  # type: ignore[misc]
     """``sagemaker.pytorch.PyTorch`` with ``compiler_config=`` and trcomp's image.
 
-    ``framework_version`` defaults to 2.9.0 and ``py_version`` to py311, the
-    versions in trcomp's image.
+    ``framework_version`` is ``"2.9"`` (the default, 2.9.0: inductor and both XLA
+    engines) or ``"2.14"`` (2.14.1: inductor only); ``py_version`` defaults to
+    py311. Each version has its own image (docs/configuration.md).
     """
 
     def __init__(
@@ -84,7 +91,7 @@ class PyTorch(_CompilerMixin, sagemaker.pytorch.PyTorch):  # type: ignore[misc]
         _refuse_mxnet(kwargs, "framework_version")
         if image_uri is None:
             check_versions(framework_version, py_version)
-        image = self._trcomp_prepare(compiler_config, image_uri, kwargs)
+        image = self._trcomp_prepare(compiler_config, image_uri, kwargs, framework_version)
         super().__init__(
             entry_point=entry_point,
             framework_version=framework_version,
@@ -110,7 +117,9 @@ class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):  # type: i
 
     As in the SDK, ``framework_version`` is the transformers version and
     ``pytorch_version`` the torch version. Versions default to trcomp's image
-    (PyTorch 2.9.0, py311); transformers is not in that image, so list the
+    (PyTorch 2.9.0, py311); ``pytorch_version="2.14"`` picks the 2.14 image.
+    ``transformers_version`` defaults to the version paired with that torch in
+    :data:`trcomp.image.uris.IMAGES` (4.57 with 2.9, 5.24 with 2.14); list the
     version the script needs in its requirements.txt (docs/migration.md).
     ``tensorflow_version`` is refused with trcomp's image or with a compiler
     config (trcomp compiles PyTorch only), and ``mxnet_version`` always;
@@ -122,7 +131,7 @@ class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):  # type: i
         self,
         entry_point: str,
         py_version: str | None = DEFAULT_PY_VERSION,
-        transformers_version: str | None = DEFAULT_TRANSFORMERS_VERSION,
+        transformers_version: str | None = _PAIRED,
         pytorch_version: str | None = DEFAULT_FRAMEWORK_VERSION,
         source_dir: str | None = None,
         hyperparameters: dict[str, Any] | None = None,
@@ -148,6 +157,9 @@ class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):  # type: i
                 f"{image_uri}. Leave compiler_config out to run it uncompiled on that image, "
                 f"or pass pytorch_version={DEFAULT_FRAMEWORK_VERSION!r} for a PyTorch job."
             )
+        if transformers_version == _PAIRED:
+            paired = image_for(pytorch_version) if image_uri is None else None
+            transformers_version = (paired or default_image()).transformers
         if image_uri is None:
             if transformers_version is None:
                 raise UnsupportedJobError(
@@ -164,7 +176,7 @@ class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):  # type: i
                     "with that torch in the script's requirements.txt."
                 ),
             )
-        image = self._trcomp_prepare(config, image_uri, kwargs)
+        image = self._trcomp_prepare(config, image_uri, kwargs, pytorch_version)
         super().__init__(
             py_version=py_version,  # type: ignore[arg-type]  # None on attach(), as in the SDK
             entry_point=entry_point,
@@ -203,8 +215,11 @@ class HuggingFace(_CompilerMixin, sagemaker.huggingface.HuggingFace):  # type: i
 class Estimator(_CompilerMixin, sagemaker.estimator.Estimator):  # type: ignore[misc]
     """``sagemaker.estimator.Estimator`` (bring your own image) with ``compiler_config=``.
 
-    ``image_uri`` defaults to trcomp's image; pass your own image built
-    ``FROM`` it (or with trcomp installed and ``SAGEMAKER_TRAINING_MODULE`` set).
+    ``image_uri`` defaults to trcomp's image for ``framework_version`` (the torch
+    version, as on ``PyTorch``: ``"2.9"``, the default, or ``"2.14"``); pass your
+    own image built ``FROM`` it (or with trcomp installed and
+    ``SAGEMAKER_TRAINING_MODULE`` set). ``framework_version`` is trcomp's argument:
+    the SDK's ``Estimator`` has none.
     """
 
     def __init__(
@@ -212,11 +227,19 @@ class Estimator(_CompilerMixin, sagemaker.estimator.Estimator):  # type: ignore[
         image_uri: str | None = None,
         compiler_config: Any = None,
         distribution: dict[str, Any] | None = None,
+        framework_version: str | None = None,
         **kwargs: Any,
     ) -> None:
-        image = self._trcomp_prepare(compiler_config, image_uri, kwargs)
+        if image_uri is None:
+            check_versions(framework_version, None)
+        self.__dict__["_trcomp_torch"] = framework_version
+        image = self._trcomp_prepare(compiler_config, image_uri, kwargs, framework_version)
         super().__init__(image_uri=image, **kwargs)
         self._trcomp_finish(distribution)
+
+    def _trcomp_torch_version(self) -> str | None:
+        torch: str | None = self.__dict__.get("_trcomp_torch")
+        return torch
 
     def _trcomp_compiler_hyperparameters(self) -> dict[str, str]:
         # The SDK's plain Estimator knows no compiler_config: this is its one writer.

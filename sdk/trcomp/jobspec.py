@@ -51,6 +51,11 @@ class JobSpec(BaseModel):
     instance_count: int = Field(
         default=1, description="How many instances (hosts) the job runs on, all groups together."
     )
+    framework_version: Any = Field(
+        default=None,
+        description="The torch version the job asks for, as given (``framework_version=``; "
+        "``pytorch_version=`` for HuggingFace); None: trcomp's default (2.9.0).",
+    )
     hf_trainer: bool = Field(
         default=False,
         description="The job is a ``trcomp.HuggingFace`` one: an unmodified HF Trainer script.",
@@ -114,6 +119,8 @@ class JobSpec(BaseModel):
             for klass in type(estimator).__mro__
         )
         profiler = getattr(estimator, "profiler_config", None)
+        # HuggingFace's framework_version is the transformers version.
+        torch_attribute = "pytorch_version" if hf_trainer else "framework_version"
         config = getattr(estimator, "compiler_config", None)
         values: dict[str, Any] = {
             "compiler_config": config if isinstance(config, TrainingCompilerConfig) else None,
@@ -121,6 +128,7 @@ class JobSpec(BaseModel):
             "distribution": dict(getattr(estimator, "distribution", None) or {}),
             "instance_count": count,
             "hf_trainer": hf_trainer,
+            "framework_version": getattr(estimator, torch_attribute, None),
             "debugger_on": getattr(estimator, "debugger_hook_config", None) not in (None, False),
             "profiler_on": profiler is not None
             and not getattr(estimator, "disable_profiler", False),

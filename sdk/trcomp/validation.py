@@ -33,6 +33,7 @@ from trcomp.contract.shared_cache import (
     REDIS_PASSWORD_SECRET_ENV,
     parse_location,
 )
+from trcomp.image.uris import default_image, image_for
 from trcomp.jobspec import JobSpec
 
 __all__ = ["validate_job"]
@@ -51,6 +52,7 @@ def validate_job(config: TrainingCompilerConfig, spec: JobSpec) -> list[str]:
     issued: list[str] = []
     if not config.enabled:
         return issued
+    _check_framework_version(config, spec)
     types = spec.instance_types
     if len(set(types)) > 1:
         raise UnsupportedJobError(
@@ -71,6 +73,29 @@ def validate_job(config: TrainingCompilerConfig, spec: JobSpec) -> list[str]:
     _check_observers(spec, issued)
     _check_shared_cache(config, spec, issued)
     return issued
+
+
+def _check_framework_version(config: TrainingCompilerConfig, spec: JobSpec) -> None:
+    """Refuse ``backend='xla'`` on a torch version whose image has neither XLA engine.
+
+    Process mode counts as trcomp's image: it runs on a local torch of that version,
+    for which no torch-xla or torchax exists either.
+    """
+    version = spec.framework_version
+    image = image_for(version) if version is None or isinstance(version, str) else None
+    if image is None or image.runs_xla or config.backend != "xla":
+        return
+    if not spec.image_is_default and spec.instance_type != PROCESS_MODE:
+        return  # the user's image: what it holds is the user's business
+    xla = default_image()
+    argument = "pytorch_version" if spec.hf_trainer else "framework_version"
+    raise UnsupportedJobError(
+        f"backend='xla' with {argument}={version!r}: trcomp's torch {image.torch} image runs "
+        f"inductor only (torch-xla has no release after {xla.short} and torchax does not "
+        f"import on torch {image.short}), so the job could not compile. Pass "
+        f"{argument}={xla.short!r} to keep XLA, or backend='inductor' (or 'auto', which is "
+        f"inductor on GPUs) to stay on torch {image.short}."
+    )
 
 
 def _check_instance(

@@ -10,7 +10,7 @@ import argparse
 import shlex
 from collections.abc import Sequence
 
-from trcomp.image.uris import DEFAULT_FRAMEWORK_VERSION
+from trcomp.image.uris import DEFAULT_FRAMEWORK_VERSION, IMAGES, image_for
 
 __all__ = ["register", "shell_line"]
 
@@ -37,10 +37,12 @@ def register(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:  
     build = sub.add_parser(
         "build",
         help="build the training image locally (what `make image` does)",
-        description="Build the training image from a trcomp checkout with `docker build "
-        "--network host`. The image is tagged trcomp-training:latest (TRCOMP_LOCAL_IMAGE), "
-        "the tag local mode runs.",
+        description="Build the training image of one torch version (--framework-version) "
+        "from a trcomp checkout with `docker build --network host`. The image gets the tag "
+        "local mode runs for that version: trcomp-training:latest for the default version, "
+        "trcomp-training:torch<version> for the others (TRCOMP_LOCAL_IMAGE overrides both).",
     )
+    _add_version(build)
     build.add_argument(
         "--base-image",
         help="image to build FROM (default: the Dockerfile's, a public CUDA PyTorch image)",
@@ -51,7 +53,9 @@ def register(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:  
         help="first build a Debian base image without any registry "
         "(container/build_base.sh) and build FROM it",
     )
-    build.add_argument("--tag", default=None, help="local tag (default: trcomp-training:latest)")
+    build.add_argument(
+        "--tag", default=None, help="local tag (default: the version's, as local mode runs it)"
+    )
     build.add_argument("--extra-ca-bundle", help="PEM bundle the image must trust (TLS proxies)")
     build.add_argument("--source", help="trcomp checkout to build from (default: this one)")
     build.add_argument("--no-cache", action="store_true", help="pass --no-cache to docker build")
@@ -68,7 +72,9 @@ def register(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:  
     )
     _add_target(push)
     push.add_argument(
-        "--local-image", default=None, help="local image to push (default: trcomp-training:latest)"
+        "--local-image",
+        default=None,
+        help="local image to push (default: the version's local tag, as `image build` makes it)",
     )
     push.add_argument(
         "--dry-run",
@@ -85,11 +91,26 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device", choices=("gpu", "cpu"), default="gpu", help="image flavour (default: gpu)"
     )
+    _add_version(parser)
+
+
+def _add_version(parser: argparse.ArgumentParser) -> None:
+    versions = ", ".join(image.short for image in IMAGES)
     parser.add_argument(
         "--framework-version",
         default=DEFAULT_FRAMEWORK_VERSION,
-        help=f"PyTorch version in the image (default: {DEFAULT_FRAMEWORK_VERSION})",
+        type=_torch_version,
+        help=f"PyTorch version of the image: {versions} (default: {DEFAULT_FRAMEWORK_VERSION})",
     )
+
+
+def _torch_version(value: str) -> str:
+    """The full torch version of one of trcomp's images (``2.14`` becomes ``2.14.1``)."""
+    image = image_for(value)
+    if image is None:
+        built = ", ".join(i.torch for i in IMAGES)
+        raise argparse.ArgumentTypeError(f"trcomp builds no image for torch {value} ({built})")
+    return image.torch
 
 
 def shell_line(command: Sequence[str]) -> str:
@@ -110,11 +131,17 @@ def _build(args: argparse.Namespace) -> int:
     from trcomp.image.build import build_commands, run_build, source_root
     from trcomp.image.uris import local_image_uri
 
-    tag = args.tag or local_image_uri()
+    tag = args.tag or local_image_uri(args.framework_version)
+    versions = image_for(args.framework_version)
     if args.dry_run:
         root = source_root(args.source)
         commands = build_commands(
-            root, args.base_image, offline=args.offline, tag=tag, no_cache=args.no_cache
+            root,
+            args.base_image,
+            offline=args.offline,
+            tag=tag,
+            no_cache=args.no_cache,
+            versions=versions,
         )
         print("# <staged context>: a temporary directory with the Dockerfile, entrypoint.sh,")
         print("# requirements.txt, requirements-hf.txt and a trcomp wheel built from " + str(root))
@@ -128,6 +155,7 @@ def _build(args: argparse.Namespace) -> int:
         extra_ca_bundle=args.extra_ca_bundle,
         root=args.source,
         no_cache=args.no_cache,
+        versions=versions,
     )
     print(f"built {result.tag} in {result.seconds:.1f} s")
     return 0
@@ -140,7 +168,7 @@ def _push(args: argparse.Namespace) -> int:
     session, region, account = aws_target(args.region, args.account)
     # Where the image goes is the registry itself, whatever TRCOMP_IMAGE_URI says.
     remote = ecr_image_uri(region, account, args.framework_version, args.device)
-    local = args.local_image or local_image_uri()
+    local = args.local_image or local_image_uri(args.framework_version)
     login = ecr_login(session, region, account, create_repository=not args.dry_run)
     if args.dry_run:
         print(f"# ECR login for {login.registry} obtained; the password goes on stdin")

@@ -6,6 +6,8 @@ GPU counts and EFA families from it.
 
 from __future__ import annotations
 
+import glob
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,6 +25,7 @@ __all__ = [
     "gpu_count",
     "single_process_warning",
     "supported_gpu_families",
+    "tpu_chips",
 ]
 
 PROCESS_MODE = "local_process"
@@ -190,3 +193,13 @@ def single_process_warning(instance_type: str | None, gpus: int) -> str:
         "distribution={'torch_distributed': {'enabled': True}}: one process per GPU "
         "under torchrun."
     )
+
+
+def tpu_chips(environ: Mapping[str, str]) -> int:
+    """How many TPU chips this host has: ``/dev/accel*`` (TPU v4 and older) or
+    ``/dev/vfio/<n>`` (v5 and newer) on TPU VMs; ``TPU_ACCELERATOR_TYPE`` alone
+    marks a TPU host without them (one chip is assumed)."""
+    chips = len(glob.glob("/dev/accel[0-9]*")) or len(glob.glob("/dev/vfio/[0-9]*"))
+    if not chips and environ.get("TPU_ACCELERATOR_TYPE"):
+        chips = 1
+    return chips

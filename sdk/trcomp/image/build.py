@@ -37,7 +37,7 @@ from typing import Any
 
 from trcomp import docker_cli
 from trcomp.contract.errors import LocalModeError
-from trcomp.image.uris import LOCAL_IMAGE
+from trcomp.image.uris import LOCAL_IMAGE, ImageVersions, default_image
 
 __all__ = [
     "DEFAULT_BASE_IMAGE",
@@ -52,8 +52,9 @@ __all__ = [
     "stage_context",
 ]
 
-DEFAULT_BASE_IMAGE = "pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime"
-"""The public CUDA PyTorch image the Dockerfile builds on by default."""
+DEFAULT_BASE_IMAGE = default_image().base_image
+"""The public CUDA PyTorch image the default version's image builds on (each version of
+:data:`trcomp.image.uris.IMAGES` has its own: ``ImageVersions.base_image``)."""
 
 OFFLINE_BASE_IMAGE = "trcomp-base:bookworm"
 """The Debian base built without a registry by ``container/build_base.sh``."""
@@ -62,6 +63,9 @@ OFFLINE_BASE_IMAGE = "trcomp-base:bookworm"
 # dependency tree (pandas, fastapi, ...).
 _CLIENT_ONLY = frozenset({"sagemaker"})
 _CONTEXT_FILES = ("Dockerfile", "entrypoint.sh")
+# The packages of each engine in the `container` extra: an image whose torch version
+# has no such engine (torch 2.14: inductor only) leaves them out.
+_ENGINE_PACKAGES = {"torch_xla": ("torch-xla",), "jax": ("jax", "jaxlib", "torchax")}
 
 
 def build_image(
@@ -111,6 +115,7 @@ def build_commands(
     tag: str = LOCAL_IMAGE,
     context: str | os.PathLike[str] = "<staged context>",
     no_cache: bool = False,
+    versions: ImageVersions | None = None,
 ) -> list[list[str]]:
     """Every command :func:`run_build` runs, in order (pure: for ``--dry-run``).
 
@@ -122,8 +127,17 @@ def build_commands(
     if offline:
         base_image = base_image or OFFLINE_BASE_IMAGE
         commands.append(["bash", str(_base_script(root)), base_image])
+    base_image = base_image or _version_base(versions)
     commands.append(build_image(base_image, tag, context, no_cache=no_cache))
     return commands
+
+
+def _version_base(versions: ImageVersions | None) -> str | None:
+    """The public base image of a version other than the default (the Dockerfile's
+    own default is the default version's)."""
+    if versions is None or versions == default_image():
+        return None
+    return versions.base_image
 
 
 def source_root(start: str | os.PathLike[str] | None = None) -> Path:
@@ -150,17 +164,34 @@ def _wheel_requirements(wheel: str | os.PathLike[str]) -> list[Any]:
     ]
 
 
-def container_requirements(wheel: str | os.PathLike[str], *, jax_cuda: bool = False) -> list[str]:
+def container_requirements(
+    wheel: str | os.PathLike[str],
+    *,
+    jax_cuda: bool = False,
+    versions: ImageVersions | None = None,
+) -> list[str]:
     """The requirements the image installs for a trcomp wheel, read from its metadata.
 
     Base requirements and the ``container`` extra, without the client-only SDK;
     with ``jax_cuda`` also the ``jax-cuda`` extra (JAX's CUDA plugin, GPU images).
+    ``versions`` (default: the default image's) sets the torch pin and leaves out
+    the packages of the engines that version has not.
     """
-    extras = ("container", "jax-cuda") if jax_cuda else ("container",)
+    versions = versions or default_image()
+    left_out = {
+        package
+        for engine, packages in _ENGINE_PACKAGES.items()
+        if engine not in versions.engines
+        for package in packages
+    }
+    extras = ("container", "jax-cuda") if jax_cuda and "jax" in versions.engines else ("container",)
     requirements: list[str] = []
     for req in _wheel_requirements(wheel):
-        if req.name.lower() in _CLIENT_ONLY:
+        name = req.name.lower()
+        if name in _CLIENT_ONLY or name in left_out:
             continue
+        if name == "torch":
+            req.specifier = type(req.specifier)(f"=={versions.torch}")
         if req.marker is not None and not any(
             req.marker.evaluate({"extra": extra}) for extra in extras
         ):
@@ -229,10 +260,12 @@ def stage_context(
     root: str | os.PathLike[str] | None = None,
     extra_ca_bundle: str | os.PathLike[str] | None = None,
     jax_cuda: bool = False,
+    versions: ImageVersions | None = None,
 ) -> Path:
     """Write the build context into ``dest`` (see the module docstring) and return it.
 
-    ``jax_cuda`` adds JAX's CUDA plugin to the requirements (GPU images).
+    ``jax_cuda`` adds JAX's CUDA plugin to the requirements (GPU images);
+    ``versions`` is the image's torch version and engines (default: the default image).
     """
     src = source_root(root)
     context = Path(dest)
@@ -241,7 +274,7 @@ def stage_context(
         shutil.copy2(src / "container" / name, context / name)
     wheel = _build_wheel(src, context / "wheels")
     (context / "requirements.txt").write_text(
-        "\n".join(container_requirements(wheel, jax_cuda=jax_cuda)) + "\n"
+        "\n".join(container_requirements(wheel, jax_cuda=jax_cuda, versions=versions)) + "\n"
     )
     hf = extra_requirements(wheel, "hf")
     (context / "requirements-hf.txt").write_text("\n".join(hf) + "\n")
@@ -275,13 +308,15 @@ def run_build(
     extra_ca_bundle: str | os.PathLike[str] | None = None,
     root: str | os.PathLike[str] | None = None,
     no_cache: bool = False,
+    versions: ImageVersions | None = None,
 ) -> BuildResult:
     """Build the image: the offline base if asked, the context, then ``docker build``.
 
     Docker's output streams to the terminal. ``offline`` builds on
     :data:`OFFLINE_BASE_IMAGE` (or ``base_image``), made first by
-    ``container/build_base.sh``. Raises :class:`~trcomp.contract.errors.LocalModeError`
-    when Docker is missing or a step fails.
+    ``container/build_base.sh``. ``versions`` is the torch version to build
+    (:data:`trcomp.image.uris.IMAGES`; default: the default one). Raises
+    :class:`~trcomp.contract.errors.LocalModeError` when Docker is missing or a step fails.
     """
     docker_cli.require_docker(
         "building the image needs Docker. "
@@ -297,6 +332,7 @@ def run_build(
                 f"`{' '.join(script[1:])}` could not build the offline base image "
                 f"(exit {done.returncode}); its output is above."
             )
+    base_image = base_image or _version_base(versions)
     base = base_image or DEFAULT_BASE_IMAGE
     if base == OFFLINE_BASE_IMAGE and not docker_cli.image_present(base):
         raise LocalModeError(
@@ -308,7 +344,11 @@ def run_build(
         ctx = Path(tmp)
         # The offline Debian base is a CPU image: JAX's CUDA plugin only goes into GPU images.
         stage_context(
-            ctx, root=src, extra_ca_bundle=extra_ca_bundle, jax_cuda=base != OFFLINE_BASE_IMAGE
+            ctx,
+            root=src,
+            extra_ca_bundle=extra_ca_bundle,
+            jax_cuda=base != OFFLINE_BASE_IMAGE,
+            versions=versions,
         )
         cmd = build_image(base_image, tag, ctx, no_cache=no_cache)
         # The classic builder: BuildKit needs the buildx plugin, which Debian's

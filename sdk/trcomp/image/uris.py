@@ -3,6 +3,10 @@
 Remote jobs use our repository in the caller's own ECR registry (push it there
 with ``trcomp image push``); local mode uses a local tag built by
 ``make image`` / ``trcomp image build``. An explicit ``image_uri=`` always wins.
+
+:data:`IMAGES` is the one table of the torch versions trcomp runs: the image
+build, the Makefile (``make install-214``, ``make image TORCH_VERSION=``), the
+estimators' checks and process mode all read it.
 """
 
 from __future__ import annotations
@@ -19,14 +23,18 @@ __all__ = [
     "DEFAULT_FRAMEWORK_VERSION",
     "DEFAULT_PY_VERSION",
     "DEFERRED_IMAGE",
+    "ENGINES",
     "IMAGES",
     "LOCAL_IMAGE",
     "REPOSITORY",
     "Device",
+    "Engine",
     "ImageVersions",
     "check_versions",
+    "default_image",
     "device_for_instance",
     "ecr_image_uri",
+    "image_for",
     "local_image_uri",
     "remote_image_uri",
     "versions_from_image",
@@ -40,23 +48,80 @@ DEFERRED_IMAGE = "trcomp-deferred-default-image"
 """Stands in for the default image inside an estimator until its URI is resolved
 (that needs the caller's account, an STS call); never shown to users."""
 Device = Literal["gpu", "cpu"]
+Engine = Literal["inductor", "torch_xla", "jax"]
+ENGINES: tuple[Engine, ...] = ("inductor", "torch_xla", "jax")
+"""Every engine trcomp has: inductor (torch.compile) and the two engines of backend='xla'."""
 
 
 @dataclass(frozen=True)
 class ImageVersions:
-    """One image trcomp builds: its torch version, Python version and devices."""
+    """One image trcomp builds: its torch and Python versions, engines and devices.
+
+    ``transformers`` is the version ``trcomp.HuggingFace`` passes when the caller
+    gives none (the SageMaker SDK wants one; transformers and torch come in pairs).
+    ``cuda`` is the CUDA version of the public PyTorch image the GPU image builds on.
+    """
 
     torch: str
     python: str
+    engines: tuple[Engine, ...] = ENGINES
+    transformers: str = "4.57"
+    cuda: str = "12.8"
     devices: tuple[Device, ...] = ("gpu", "cpu")
+
+    @property
+    def short(self) -> str:
+        """The ``major.minor`` form, e.g. ``2.14``."""
+        return self.torch.rsplit(".", 1)[0]
+
+    @property
+    def runs_xla(self) -> bool:
+        """Whether the image runs ``backend='xla'`` (torch-xla or the jax engine)."""
+        return "torch_xla" in self.engines or "jax" in self.engines
+
+    @property
+    def base_image(self) -> str:
+        """The public CUDA PyTorch image the GPU image builds on."""
+        return f"pytorch/pytorch:{self.torch}-cuda{self.cuda}-cudnn9-runtime"
+
+    @property
+    def local_tag(self) -> str:
+        """The tag local mode runs: ``trcomp-training:latest`` for the default version
+        (the tag images built before there were several versions have), else
+        ``trcomp-training:torch<version>``."""
+        if self.torch == DEFAULT_FRAMEWORK_VERSION:
+            return LOCAL_IMAGE
+        return f"{REPOSITORY}:torch{self.torch}"
 
     def accepts(self, framework_version: str) -> bool:
         """``2.9.0`` and its short form ``2.9``, as the SageMaker SDK accepts both."""
-        return framework_version in (self.torch, self.torch.rsplit(".", 1)[0])
+        return framework_version in (self.torch, self.short)
 
 
-IMAGES: tuple[ImageVersions, ...] = (ImageVersions(DEFAULT_FRAMEWORK_VERSION, DEFAULT_PY_VERSION),)
-"""Every image trcomp builds (container/Dockerfile); the only versions a default image runs."""
+IMAGES: tuple[ImageVersions, ...] = (
+    ImageVersions(DEFAULT_FRAMEWORK_VERSION, DEFAULT_PY_VERSION),
+    # torch-xla has no release after 2.9 and torchax fails to import on torch >= 2.13.
+    ImageVersions(
+        "2.14.1", DEFAULT_PY_VERSION, engines=("inductor",), transformers="5.24", cuda="13.0"
+    ),
+)
+"""Every image trcomp builds (container/Dockerfile); the only versions a default image runs.
+
+The first is the default (:data:`DEFAULT_FRAMEWORK_VERSION`): the one version that
+runs every engine, so every config written for trcomp runs on it.
+"""
+
+
+def image_for(framework_version: str | None) -> ImageVersions | None:
+    """The image for a torch version (``None``: the default one), or None when there is none."""
+    if framework_version is None:
+        return IMAGES[0]
+    return next((i for i in IMAGES if i.accepts(framework_version)), None)
+
+
+def default_image() -> ImageVersions:
+    """The image of :data:`DEFAULT_FRAMEWORK_VERSION`."""
+    return IMAGES[0]
 
 
 def _supported() -> str:
@@ -159,6 +224,15 @@ def versions_from_image(image_uri: str | None) -> ImageVersions | None:
     return next((i for i in IMAGES if i.torch == found.group(1)), None)
 
 
-def local_image_uri() -> str:
-    """The local tag used by local mode (``TRCOMP_LOCAL_IMAGE`` overrides it)."""
-    return os.environ.get("TRCOMP_LOCAL_IMAGE", LOCAL_IMAGE)
+def local_image_uri(framework_version: str | None = None) -> str:
+    """The local tag local mode runs for a torch version (``None``: the default).
+
+    ``TRCOMP_LOCAL_IMAGE`` overrides it for every version: it names an image of the
+    caller's choosing, as ``image_uri=`` does. A version with no image of trcomp's
+    gets the default tag (the estimators refuse such versions before this is read).
+    """
+    override = os.environ.get("TRCOMP_LOCAL_IMAGE")
+    if override:
+        return override
+    image = image_for(framework_version)
+    return image.local_tag if image is not None else LOCAL_IMAGE

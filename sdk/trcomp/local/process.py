@@ -36,9 +36,12 @@ from sagemaker.exceptions import UnexpectedStatusException
 from trcomp._sdk_compat import new_job_name, set_current_job_name
 from trcomp.checkpoints import checkpoint_environment
 from trcomp.contract.errors import JobInterrupted, JobTerminated, LocalModeError
+from trcomp.contract.instances import tpu_chips
 from trcomp.contract.proctree import TreeProcess, outer_grace_s
+from trcomp.image.uris import default_image, image_for
 from trcomp.jobspec import JobSpec
 from trcomp.local import local_path
+from trcomp.local.interpreter import ENV_PREFIX, job_python
 from trcomp.local.job_checks import check_local_job, claim_job_dir
 from trcomp.shared_cache import check_shared_cache
 
@@ -50,13 +53,15 @@ __all__ = [
     "ProcessJob",
     "ProcessJobFailed",
     "check_container_installed",
+    "check_no_tpu",
     "plan_process_job",
     "run_process_job",
 ]
 
 TRAINING_MODULE = "trcomp_container.training:main"
-# What the toolkit's console script `train` runs, with this interpreter.
-TRAIN_COMMAND = (sys.executable, "-c", "from sagemaker_training.cli.train import main; main()")
+# What the toolkit's console script `train` runs, after the interpreter the job runs on
+# (trcomp.local.interpreter.job_python: one whose torch is the job's version).
+TRAIN_ARGS = ("-c", "from sagemaker_training.cli.train import main; main()")
 # The container starts from a clean environment; on the host, these variables
 # may have been set by earlier work in the calling process (torch.compile sets
 # TORCHINDUCTOR_CACHE_DIR in os.environ), and would silently override what the
@@ -152,6 +157,23 @@ def check_container_installed() -> None:
         )
 
 
+def check_no_tpu(spec: JobSpec, tpu_chips: int) -> None:
+    """Refuse a compiled job on a TPU host when its torch version has no XLA engine.
+
+    On a TPU ``auto`` means XLA and inductor cannot drive the chips; torch versions
+    without torch-xla (2.14) have neither.
+    """
+    config = spec.compiler_config
+    image = image_for(spec.framework_version)
+    if not tpu_chips or config is None or not config.enabled or image is None or image.runs_xla:
+        return
+    raise LocalModeError(
+        f"this host has TPU chips, which only torch-xla drives, but framework_version="
+        f"{spec.framework_version!r} (torch {image.torch}) has no torch-xla: pass "
+        f"framework_version={default_image().short!r} to compile for the TPU with XLA"
+    )
+
+
 def _local_path(uri: str, what: str) -> Path:
     path = local_path(uri)
     if path is not None:
@@ -160,6 +182,11 @@ def _local_path(uri: str, what: str) -> Path:
         f"{what} is {uri[:200]!r}, but process mode reads and writes local files only: "
         "pass a file:// URI or a path (use instance_type='ml.*' for S3 data)"
     )
+
+
+def _interpreter_vars(environ: dict[str, str]) -> dict[str, str]:
+    # Read from the caller's environment; the job's own does not inherit TRCOMP_*.
+    return {key: value for key, value in environ.items() if key.startswith(ENV_PREFIX)}
 
 
 def plan_process_job(
@@ -171,7 +198,12 @@ def plan_process_job(
     keyword arguments for ``lay_out_tree``. ``estimator`` gives the job's
     hyperparameters and job names, as the SDK makes them.
     """
-    check_container_installed()
+    env = inherited_environment(dict(os.environ))
+    env.update({str(k): str(v) for k, v in spec.environment.items()})
+    python = job_python(spec.framework_version, {**_interpreter_vars(dict(os.environ)), **env})
+    if python == sys.executable:
+        check_container_installed()
+    check_no_tpu(spec, tpu_chips(os.environ))
     if spec.instance_count != 1:
         raise LocalModeError(
             "process mode runs one instance; for instance_count > 1 use Docker local mode "
@@ -203,8 +235,6 @@ def plan_process_job(
         new_name=lambda: new_job_name(estimator),
     )
     base_dir = Path(tempfile.mkdtemp(prefix=f"trcomp-{name[:40]}-"))
-    env = inherited_environment(dict(os.environ))
-    env.update({str(k): str(v) for k, v in spec.environment.items()})
     env.update(
         {
             "SAGEMAKER_BASE_DIR": str(base_dir),
@@ -215,7 +245,8 @@ def plan_process_job(
     )
     # The job's checkpoints/ is linked to checkpoint_dir, so only the URI is set.
     env.update(checkpoint_environment(None, checkpoint_dir))
-    job = ProcessJob(name, base_dir, job_dir / "output", checkpoint_dir, list(TRAIN_COMMAND), env)
+    command = [python, *TRAIN_ARGS]
+    job = ProcessJob(name, base_dir, job_dir / "output", checkpoint_dir, command, env)
     hyperparameters = {
         key: value
         for key, value in estimator.hyperparameters().items()
