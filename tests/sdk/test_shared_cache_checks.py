@@ -171,15 +171,24 @@ def test_a_public_bucket_of_the_callers_account_is_refused_before_the_job(moto, 
     assert len(moto.json_requests("CreateTrainingJob")) == before
 
 
-def test_a_directory_others_can_write_is_refused_before_a_process_job(moto, role, tmp_path):
-    shared = tmp_path / "team-cache"
-    shared.mkdir()
-    shared.chmod(0o777)
+@pytest.mark.parametrize(
+    ("opened", "says"),
+    [
+        ("team-cache", r"team-cache is writable by group or others \("),
+        ("shared", r"shared is writable by group or others without the sticky bit"),
+    ],
+)
+def test_a_directory_others_can_write_is_refused_before_a_process_job(
+    moto, role, tmp_path, opened, says
+):
+    shared = tmp_path / "shared" / "team-cache"
+    shared.mkdir(parents=True)
+    (tmp_path / opened if opened == "shared" else shared).chmod(0o777)
     out = tmp_path / "out"
     estimator = _estimator(
         tmp_path, role, f"file://{shared}", "local_process", output_path=f"file://{out}"
     )
-    with pytest.raises(SharedCacheError, match="writable by group or others"):
+    with pytest.raises(SharedCacheError, match=says):
         estimator.fit(job_name="open-dir")
     assert not out.exists()
 
