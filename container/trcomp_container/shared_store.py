@@ -6,12 +6,15 @@ once and never changed, so both stores only list, get and put whole objects:
 - :class:`DirectoryStore` writes a temp file next to the entry and renames it
   into place, so a reader sees a whole entry or none (POSIX rename; NFS and
   EFS keep it atomic within a directory). The directory must be this user's
-  and writable by no one else (:func:`~trcomp.contract.shared_trust.check_directory`);
+  and writable by no one else, under directories only that user or root can change
+  (:func:`~trcomp.contract.shared_trust.check_directory`);
 - :class:`S3Store` puts each entry with one PutObject (S3 makes an object
   visible only once all of it is stored). Every call names the job's account
   as ``ExpectedBucketOwner``; the bucket's owner and its public access are
-  checked first (:mod:`trcomp.contract.shared_trust`). Every AWS call has a
-  connect and a read timeout and at most two attempts (:func:`aws_config`).
+  checked first (:mod:`trcomp.contract.shared_trust`; the account's Block Public
+  Access through S3 Control when the bucket's own settings would not do). Every
+  AWS call has a connect and a read timeout and at most two attempts
+  (:func:`aws_config`).
 
 A store call that hangs anyway (a file system that stopped answering) is
 bounded by the caller's wall-clock budget (:mod:`trcomp_container.shared_cache`).
@@ -26,7 +29,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from trcomp.contract.shared_cache import SharedCacheLocation, check_bucket_owner
+from trcomp.contract.shared_cache import (
+    SharedCacheLocation,
+    aws_call_limits,
+    check_bucket_owner,
+)
 from trcomp.contract.shared_trust import check_bucket_private, check_directory
 
 __all__ = ["DirectoryStore", "S3Store", "Store", "aws_config", "open_store"]
@@ -54,12 +61,7 @@ def aws_config(timeout_s: float) -> Any:
     """botocore settings for every shared-cache call: bounded connect, read and retries."""
     from botocore.config import Config
 
-    seconds = max(1.0, min(timeout_s, 60.0))
-    return Config(
-        connect_timeout=seconds,
-        read_timeout=seconds,
-        retries={"max_attempts": 2, "mode": "standard"},
-    )
+    return Config(**aws_call_limits(timeout_s))
 
 
 class DirectoryStore:
@@ -110,13 +112,16 @@ class S3Store:
         session = boto3.session.Session(region_name=region or None)
         config = aws_config(timeout_s)
         self.s3: Any = session.client("s3", config=config)
+        s3control = session.client("s3control", config=config)
         sts = session.client("sts", config=config)
         self.account = str(sts.get_caller_identity()["Account"])
         self.bucket = location.bucket
         self.prefix = "/".join(filter(None, [location.prefix, key])) + "/"
         self.where = f"s3://{self.bucket}/{self.prefix}"
         check_bucket_owner(self.s3, self.bucket, self.account, where="in the job")
-        check_bucket_private(self.s3, self.bucket, self.account, where="in the job")
+        check_bucket_private(
+            self.s3, self.bucket, self.account, where="in the job", s3control=s3control
+        )
 
     def names(self) -> list[tuple[str, int]]:
         found = []

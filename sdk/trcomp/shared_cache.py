@@ -4,12 +4,14 @@ Every run mode calls :func:`check_shared_cache` in ``fit()``, before anything
 is created or uploaded: an ``s3://`` bucket must be owned by the account of the
 credentials the job uses (the caller's: in process mode and Docker local mode
 they are the job's too; for a SageMaker job the execution role is of the same
-account) and private; a ``file://`` directory must be writable in process
-mode, and writable by no one but this user; a SageMaker job's secrets
+account) and private (the bucket's or the account's Block Public Access); a
+``file://`` directory must be writable in process mode, and writable by no one
+but this user, under directories only this user or root can change; a SageMaker job's secrets
 (the shared cache key, the Redis password) may travel only as Secrets
 Manager references, since SageMaker shows a job's environment in clear text.
 The container checks the bucket and the directory again with the job's own
-credentials.
+credentials, with the same functions (:mod:`trcomp.contract.shared_trust`).
+Every AWS call has the job's timeouts (``shared_cache_timeout_s``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from trcomp.contract.shared_cache import (
     KEY_SECRET_ENV,
     REDIS_PASSWORD_ENV,
     REDIS_PASSWORD_SECRET_ENV,
+    aws_call_limits,
     check_bucket_owner,
     parse_location,
 )
@@ -72,20 +75,23 @@ def check_shared_cache(
             "or an s3:// or redis:// shared_cache"
         )
     elif location.kind == "s3":
-        _check_bucket(location.bucket, boto_session)
+        _check_bucket(location.bucket, boto_session, config.shared_cache_timeout_s)
 
 
-def _check_bucket(bucket: str, boto_session: Any) -> None:
+def _check_bucket(bucket: str, boto_session: Any, timeout_s: float) -> None:
     import boto3
+    from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError
 
     session = boto_session or boto3.session.Session()
+    limits = Config(**aws_call_limits(timeout_s))  # the job's own limits (the container's)
     try:
-        account = str(session.client("sts").get_caller_identity()["Account"])
-        s3 = session.client("s3")
+        account = str(session.client("sts", config=limits).get_caller_identity()["Account"])
+        s3 = session.client("s3", config=limits)
         where = "before the job started"
         check_bucket_owner(s3, bucket, account, where=where)
-        check_bucket_private(s3, bucket, account, where=where)
+        s3control = session.client("s3control", config=limits)
+        check_bucket_private(s3, bucket, account, where=where, s3control=s3control)
     except (ClientError, BotoCoreError) as exc:
         raise SharedCacheError(
             f"cannot check who owns the shared_cache bucket {bucket!r}: {exc}. The job needs "

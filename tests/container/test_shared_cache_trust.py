@@ -17,7 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.aws import ACCOUNT, aws_environment, create_bucket, moto_server
+from tests.helpers.aws import (
+    ACCOUNT,
+    aws_environment,
+    aws_error_server,
+    create_bucket,
+    moto_server,
+    s3control_resolves,
+)
+from tests.helpers.hung_server import hung_server
+from trcomp.contract import shared_trust
 from trcomp.contract.errors import SharedCacheError
 from trcomp_container.cache_key import compat_set
 from trcomp_container.shared_cache import open_shared_cache
@@ -126,26 +135,52 @@ def test_a_short_key_is_a_config_error(tmp_path):
 @pytest.mark.parametrize(
     ("setup", "says"),
     [
-        ("group-writable", "writable by group or others"),
-        ("other-owner", "owned by uid 4242"),
-        ("open-parent", "writable by anyone"),
+        ("group-writable", r"shared is writable by group or others"),
+        ("other-owner", r"shared is owned by uid 4242"),
+        ("open-parent", r"parent is writable by group or others without the sticky bit"),
+        ("group-parent", r"parent is writable by group or others without the sticky bit"),
+        ("open-grandparent", r"above is writable by group or others without the sticky bit"),
+        ("foreign-parent", r"parent is owned by uid 4242, neither this user nor root"),
+        ("foreign-sticky-parent", r"parent is owned by uid 4242"),
     ],
 )
-def test_a_directory_someone_else_can_write_is_refused(tmp_path, setup, says):
-    if setup == "other-owner" and os.geteuid() != 0:
+def test_a_directory_someone_else_can_write_or_swap_is_refused(tmp_path, setup, says):
+    """Whoever can write a directory above the cache can rename it away and put theirs there."""
+    if ("owner" in setup or "foreign" in setup) and os.geteuid() != 0:
         pytest.skip("giving a directory to another user needs root")
-    shared = tmp_path / "parent" / "shared"
+    shared = tmp_path / "above" / "parent" / "shared"
     shared.mkdir(parents=True)
+    parent = shared.parent
     if setup == "group-writable":
         shared.chmod(0o775)
     elif setup == "other-owner":
         os.chown(shared, 4242, -1)
+    elif setup == "open-parent":
+        parent.chmod(0o777)  # no sticky bit: anyone may swap "shared" for their own
+    elif setup == "group-parent":
+        parent.chmod(0o775)
+    elif setup == "open-grandparent":
+        parent.parent.chmod(0o777)  # anyone may swap "parent", and "shared" with it
+    elif setup == "foreign-parent":
+        os.chown(parent, 4242, -1)  # its owner may swap "shared", whatever the mode
     else:
-        shared.parent.chmod(0o777)  # no sticky bit: anyone may swap "shared" for their own
+        parent.chmod(0o1777)  # sticky, but its owner may still rename what is in it
+        os.chown(parent, 4242, -1)
     with pytest.raises(SharedCacheError, match=says) as caught:
         _open(f"file://{shared}", tmp_path / "live")
     assert "a compile cache is code" in str(caught.value)
     assert _files(tmp_path / "live") == []
+
+
+def test_a_cache_behind_a_symlink_is_checked_where_it_really_is(tmp_path):
+    real = tmp_path / "open" / "team"
+    real.mkdir(parents=True)
+    real.parent.chmod(0o777)
+    safe = tmp_path / "safe"
+    safe.mkdir()
+    (safe / "link").symlink_to(real)
+    with pytest.raises(SharedCacheError, match=r"open is writable by group or others"):
+        _open(f"file://{safe / 'link'}", tmp_path / "live")
 
 
 def test_a_directory_under_a_sticky_shared_parent_is_accepted(tmp_path):
@@ -156,6 +191,20 @@ def test_a_directory_under_a_sticky_shared_parent_is_accepted(tmp_path):
     cache = _open(f"file://{parent / 'team'}", live)
     assert cache.finish(live, succeeded=True)["files_written"] == 1
     assert (parent / "team" / COMPAT.key).stat().st_mode & 0o022 == 0
+
+
+def test_a_root_owned_parent_is_accepted_for_another_user(tmp_path, monkeypatch):
+    """Root's directories above the cache are fine (as /srv or /mnt are): only root could swap."""
+    if os.geteuid() != 0:
+        pytest.skip("making a directory another user's needs root")
+    shared = tmp_path / "team"
+    shared.mkdir()
+    os.chown(shared, 4242, -1)
+    monkeypatch.setattr(shared_trust, "_uid", lambda: 4242)  # the check, as user 4242
+    shared_trust.check_directory(shared, where="in the job")
+    os.chown(tmp_path, 4343, -1)
+    with pytest.raises(SharedCacheError, match="owned by uid 4343, neither this user nor root"):
+        shared_trust.check_directory(shared, where="in the job")
 
 
 def test_the_read_limit_counts_unpacked_bytes(tmp_path):
@@ -230,8 +279,32 @@ def test_the_writer_is_the_first_of_the_sorted_hosts(tmp_path):
 
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory):
-    with moto_server(tmp_path_factory.mktemp("moto")) as server, aws_environment(server.url):
+    with (
+        moto_server(tmp_path_factory.mktemp("moto")) as server,
+        aws_environment(server.url),
+        s3control_resolves(),
+    ):
         yield server
+
+
+@pytest.fixture
+def account_block(moto):
+    """Set the account's Block Public Access (S3 Control) for one test; removed after."""
+    import boto3
+
+    s3control = boto3.client("s3control")
+
+    def put(*flags: str) -> None:
+        s3control.put_public_access_block(
+            AccountId=ACCOUNT,
+            PublicAccessBlockConfiguration={flag: flag in flags for flag in BLOCK_FLAGS},
+        )
+
+    yield put
+    s3control.delete_public_access_block(AccountId=ACCOUNT)
+
+
+BLOCK_FLAGS = ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
 
 
 def _public_write_policy(bucket: str) -> str:
@@ -263,18 +336,70 @@ def test_a_public_bucket_of_the_jobs_own_account_is_refused(moto, tmp_path):
     s3.put_bucket_policy(Bucket="blocked-cache", Policy=_public_write_policy("blocked-cache"))
     s3.put_public_access_block(
         Bucket="blocked-cache",
-        PublicAccessBlockConfiguration={
-            flag: True
-            for flag in (
-                "BlockPublicAcls",
-                "IgnorePublicAcls",
-                "BlockPublicPolicy",
-                "RestrictPublicBuckets",
-            )
-        },
+        PublicAccessBlockConfiguration=dict.fromkeys(BLOCK_FLAGS, True),
         ExpectedBucketOwner=ACCOUNT,
     )
     assert _open("s3://blocked-cache/compile", tmp_path / "ok").facts["entries_found"] == 0
+
+
+def _public_buckets() -> dict[str, str]:
+    """A bucket with a public policy and one with a public ACL: what each refusal says."""
+    import boto3
+
+    s3 = boto3.client("s3")
+    for bucket in ("acct-policy-cache", "acct-acl-cache"):
+        if bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+            create_bucket(bucket)
+    s3.put_bucket_policy(
+        Bucket="acct-policy-cache", Policy=_public_write_policy("acct-policy-cache")
+    )
+    s3.put_bucket_acl(Bucket="acct-acl-cache", ACL="public-read-write")
+    return {"acct-policy-cache": "policy is public", "acct-acl-cache": "grants AllUsers"}
+
+
+def test_the_accounts_block_public_access_makes_a_public_bucket_private(
+    moto, account_block, tmp_path
+):
+    """S3 enforces the stricter of the bucket's and the account's settings."""
+    buckets = _public_buckets()
+    # Blocking new public policies and ACLs leaves the existing ones in force.
+    account_block("BlockPublicAcls", "BlockPublicPolicy")
+    for bucket, says in buckets.items():
+        with pytest.raises(SharedCacheError, match=says) as caught:
+            _open(f"s3://{bucket}/compile", tmp_path / bucket)
+        assert "or of the account (aws s3control put-public-access-block)" in str(caught.value)
+        assert "could not be read" not in str(caught.value)
+    # RestrictPublicBuckets: only the account's own principals get in through a policy.
+    account_block("RestrictPublicBuckets")
+    assert _open("s3://acct-policy-cache/c", tmp_path / "p1").facts["entries_found"] == 0
+    with pytest.raises(SharedCacheError, match="grants AllUsers"):
+        _open("s3://acct-acl-cache/c", tmp_path / "a1")
+    # IgnorePublicAcls: S3 ignores every public ACL of the account's buckets.
+    account_block("IgnorePublicAcls", "RestrictPublicBuckets")
+    for bucket in buckets:
+        assert _open(f"s3://{bucket}/c", tmp_path / f"{bucket}-2").facts["entries_found"] == 0
+
+
+def test_without_the_accounts_settings_the_buckets_own_decide(
+    moto, account_block, tmp_path, monkeypatch
+):
+    """Denied or unreachable S3 Control: the public bucket is refused, and the message says why."""
+    _public_buckets()
+    account_block(*BLOCK_FLAGS)  # what the job would see, could it read them
+    with aws_error_server() as refusing:
+        refusing.status, refusing.code, refusing.message = 403, "AccessDenied", "denied"
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3_CONTROL", refusing.url)
+        with pytest.raises(SharedCacheError, match="grants AllUsers") as caught:
+            _open("s3://acct-acl-cache/c", tmp_path / "denied")
+        assert refusing.received, "S3 Control was never asked"
+    assert "(s3:GetAccountPublicAccessBlock was denied)" in str(caught.value)
+
+    with hung_server() as (port, accepted):
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3_CONTROL", f"http://127.0.0.1:{port}")
+        cache = _open("s3://acct-policy-cache/c", tmp_path / "hung", timeout_s=1)
+    assert accepted, "S3 Control was never asked"
+    # The job stops waiting at its budget and starts cold: nothing read, nothing to write.
+    assert cache.facts["read_budget_hit"] is True and cache.store is None
 
 
 def test_the_key_can_come_from_secrets_manager(moto, tmp_path):

@@ -36,6 +36,7 @@ __all__ = [
     "create_bucket",
     "create_sagemaker_role",
     "moto_server",
+    "s3control_resolves",
 ]
 
 REGION = "us-west-2"
@@ -180,9 +181,32 @@ def aws_environment(endpoint: str) -> Iterator[dict[str, str]]:
                 os.environ[key] = value
 
 
+@contextlib.contextmanager
+def s3control_resolves() -> Iterator[None]:
+    """Let S3 Control calls reach a local emulator, as a hosts-file entry would.
+
+    boto3 sends S3 Control requests to ``<account id>.<endpoint host>``, so with
+    ``AWS_ENDPOINT_URL=http://127.0.0.1:PORT`` they go to ``123456789012.127.0.0.1``,
+    which no resolver knows (moto's own tests ask for a hosts-file entry). In this
+    process such names resolve to the address they end with; nothing else changes.
+    """
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(host, str) and host.endswith(".127.0.0.1"):
+            host = "127.0.0.1"
+        return real(host, *args, **kwargs)
+
+    socket.getaddrinfo = getaddrinfo
+    try:
+        yield
+    finally:
+        socket.getaddrinfo = real
+
+
 @dataclass
 class AwsErrorServer:
-    """An HTTP server that answers every AWS JSON-protocol request with one error."""
+    """An HTTP server that answers every AWS request with one error (JSON-protocol body)."""
 
     url: str
     status: int = 400
@@ -204,7 +228,7 @@ def aws_error_server() -> Iterator[AwsErrorServer]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", 0))
             self.rfile.read(length)
-            state.received.append(self.headers.get("X-Amz-Target", ""))
+            state.received.append(self.headers.get("X-Amz-Target") or self.path)
             body = json.dumps({"__type": state.code, "message": state.message}).encode()
             self.send_response(state.status)
             self.send_header("Content-Type", "application/x-amz-json-1.1")
@@ -212,6 +236,9 @@ def aws_error_server() -> Iterator[AwsErrorServer]:
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        # REST services (S3 Control) send GET: the same error (botocore reads the status).
+        do_GET = do_POST
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

@@ -8,6 +8,7 @@ submitted to moto for real; process mode runs nothing when it refuses.
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,13 +17,16 @@ import pytest
 
 import trcomp
 from tests.helpers.aws import (
+    ACCOUNT,
     OTHER_ACCOUNT,
     MotoServer,
     aws_environment,
     create_bucket,
     create_sagemaker_role,
     moto_server,
+    s3control_resolves,
 )
+from tests.helpers.hung_server import hung_server
 from trcomp.contract.errors import (
     CompilerConfigError,
     CompilerConfigWarning,
@@ -38,7 +42,11 @@ OWN = "s3://team-cache/compile"
 
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    with moto_server(tmp_path_factory.mktemp("moto")) as server, aws_environment(server.url):
+    with (
+        moto_server(tmp_path_factory.mktemp("moto")) as server,
+        aws_environment(server.url),
+        s3control_resolves(),
+    ):
         create_bucket("team-cache")
         create_bucket("someone-elses-cache", account=OTHER_ACCOUNT)
         yield server
@@ -50,7 +58,14 @@ def role(moto: MotoServer) -> str:
 
 
 def _estimator(
-    tmp: Path, role: str, uri: str, instance_type: str, *, insecure: bool = False, **kwargs
+    tmp: Path,
+    role: str,
+    uri: str,
+    instance_type: str,
+    *,
+    insecure: bool = False,
+    timeout_s: float = 5.0,
+    **kwargs,
 ):
     (tmp / "src").mkdir(exist_ok=True)
     (tmp / "src" / "train.py").write_text("print('trained')\n")
@@ -61,7 +76,10 @@ def _estimator(
         instance_type=instance_type,
         instance_count=1,
         compiler_config=trcomp.TrainingCompilerConfig(
-            backend="inductor", shared_cache=uri, shared_cache_insecure=insecure
+            backend="inductor",
+            shared_cache=uri,
+            shared_cache_insecure=insecure,
+            shared_cache_timeout_s=timeout_s,
         ),
         **kwargs,
     )
@@ -171,15 +189,54 @@ def test_a_public_bucket_of_the_callers_account_is_refused_before_the_job(moto, 
     assert len(moto.json_requests("CreateTrainingJob")) == before
 
 
-def test_a_directory_others_can_write_is_refused_before_a_process_job(moto, role, tmp_path):
-    shared = tmp_path / "team-cache"
-    shared.mkdir()
-    shared.chmod(0o777)
+def test_the_accounts_block_public_access_counts_before_the_job(moto, role, tmp_path, monkeypatch):
+    import boto3
+
+    create_bucket("acct-public-cache")
+    boto3.client("s3").put_bucket_acl(Bucket="acct-public-cache", ACL="public-read-write")
+    uri = "s3://acct-public-cache/c"
+    s3control = boto3.client("s3control")
+    s3control.put_public_access_block(
+        AccountId=ACCOUNT, PublicAccessBlockConfiguration={"IgnorePublicAcls": True}
+    )
+    try:
+        # S3 Control does not answer: the bucket's own settings decide, within the timeout.
+        with hung_server() as (port, accepted):
+            monkeypatch.setenv("AWS_ENDPOINT_URL_S3_CONTROL", f"http://127.0.0.1:{port}")
+            started = time.monotonic()
+            estimator = _estimator(tmp_path, role, uri, "ml.g5.xlarge", timeout_s=1)
+            with pytest.raises(SharedCacheError, match="grants AllUsers") as caught:
+                estimator.fit(wait=False)
+            took = time.monotonic() - started
+        monkeypatch.delenv("AWS_ENDPOINT_URL_S3_CONTROL")
+        assert accepted and "Block Public Access settings could not be read" in str(caught.value)
+        assert took < 30, f"{took:.0f} s: botocore's defaults (60 s a read), not the job's"
+        # S3 Control answers: the account ignores public ACLs, so the job is submitted.
+        before = len(moto.json_requests("CreateTrainingJob"))
+        _estimator(tmp_path, role, uri, "ml.g5.xlarge").fit(wait=False)
+        assert len(moto.json_requests("CreateTrainingJob")) == before + 1
+    finally:
+        s3control.delete_public_access_block(AccountId=ACCOUNT)
+
+
+@pytest.mark.parametrize(
+    ("opened", "says"),
+    [
+        ("team-cache", r"team-cache is writable by group or others \("),
+        ("shared", r"shared is writable by group or others without the sticky bit"),
+    ],
+)
+def test_a_directory_others_can_write_is_refused_before_a_process_job(
+    moto, role, tmp_path, opened, says
+):
+    shared = tmp_path / "shared" / "team-cache"
+    shared.mkdir(parents=True)
+    (tmp_path / opened if opened == "shared" else shared).chmod(0o777)
     out = tmp_path / "out"
     estimator = _estimator(
         tmp_path, role, f"file://{shared}", "local_process", output_path=f"file://{out}"
     )
-    with pytest.raises(SharedCacheError, match="writable by group or others"):
+    with pytest.raises(SharedCacheError, match=says):
         estimator.fit(job_name="open-dir")
     assert not out.exists()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,13 +32,17 @@ from sagemaker.train.model_trainer import Mode
 from tests.helpers.aws import (
     ACCOUNT,
     FAKE_CREDENTIALS,
+    OTHER_ACCOUNT,
     REGION,
     MotoServer,
     aws_environment,
+    create_bucket,
     create_sagemaker_role,
     moto_server,
+    s3control_resolves,
 )
 from trcomp import CompilerConfigWarning, TrainingCompilerConfig, UnsupportedJobError
+from trcomp.contract.errors import SharedCacheError
 from trcomp.credentials import CredentialLeakError
 from trcomp.v3 import ModelTrainer
 
@@ -54,7 +59,10 @@ def aws(tmp_path_factory) -> Iterator[tuple[MotoServer, str]]:
         with (
             moto_server(tmp_path_factory.mktemp("moto")) as server,
             aws_environment(server.url),
+            s3control_resolves(),
         ):
+            create_bucket("team-cache")
+            create_bucket("someone-elses-cache", account=OTHER_ACCOUNT)
             yield server, create_sagemaker_role("SageMakerRole")
     finally:
         if saved is None:
@@ -259,3 +267,100 @@ def test_local_container_jobs_keep_their_environment(source_dir, tmp_path, clean
         compiler_config=INDUCTOR,
     )
     assert trainer.train(dry_run=True) is None
+
+
+# -- shared_cache=: the checks v2's fit() makes, at train(), before anything is sent ----------
+
+
+KEY_REF = {"TRCOMP_SHARED_CACHE_KEY_SECRET": "arn:aws:secretsmanager:us-west-2:1:secret:k"}
+
+
+def _shared(uri: str, **options: Any) -> TrainingCompilerConfig:
+    return TrainingCompilerConfig(backend="inductor", shared_cache=uri, **options)
+
+
+def _public_bucket(name: str) -> None:
+    create_bucket(name)
+    boto3.client("s3").put_bucket_acl(Bucket=name, ACL="public-read-write")
+
+
+@pytest.mark.parametrize(
+    ("bucket", "environment", "match"),
+    [
+        ("someone-elses-cache", KEY_REF, "is not owned by the job's AWS account 123456789012"),
+        ("v3-public-cache", KEY_REF, r"grants AllUsers access\), so trcomp refuses it \(before"),
+        (
+            "team-cache",
+            {"TRCOMP_SHARED_CACHE_KEY": "team-key-0123456789abcdef"},
+            "'TRCOMP_SHARED_CACHE_KEY' holds a shared cache secret in clear text",
+        ),
+    ],
+)
+def test_a_shared_cache_the_job_must_not_trust_is_refused_before_anything_is_sent(
+    aws, source_dir, bucket, environment, match
+) -> None:
+    server, role = aws
+    if bucket == "v3-public-cache":
+        _public_bucket(bucket)
+    trainer = remote_trainer(
+        role,
+        source_dir,
+        compiler_config=_shared(f"s3://{bucket}/compile"),
+        environment=environment,
+    )
+    jobs = len(server.json_requests("CreateTrainingJob"))
+    stored = _stored_keys()
+    with pytest.raises(SharedCacheError, match=match):
+        trainer.train(wait=False, logs=False)
+    assert len(server.json_requests("CreateTrainingJob")) == jobs
+    assert _stored_keys() == stored  # the code was not uploaded either
+
+
+def test_a_shared_cache_of_the_jobs_account_is_submitted(aws, source_dir) -> None:
+    server, role = aws
+    trainer = remote_trainer(
+        role, source_dir, compiler_config=_shared("s3://team-cache/compile"), environment=KEY_REF
+    )
+    trainer.train(wait=False, logs=False)
+    request = server.json_requests("CreateTrainingJob")[-1]
+    sent = json.loads(request["HyperParameters"]["sagemaker_training_compiler_config"])
+    assert sent["shared_cache"] == "s3://team-cache/compile"
+    assert request["Environment"] == KEY_REF
+
+
+def test_the_accounts_block_public_access_lets_a_public_bucket_through(aws, source_dir) -> None:
+    server, role = aws
+    _public_bucket("v3-account-blocked-cache")
+    s3control = boto3.client("s3control")
+    s3control.put_public_access_block(
+        AccountId=ACCOUNT,
+        PublicAccessBlockConfiguration={"IgnorePublicAcls": True, "RestrictPublicBuckets": True},
+    )
+    try:
+        uri = "s3://v3-account-blocked-cache/compile"
+        config = _shared(uri)
+        trainer = remote_trainer(role, source_dir, compiler_config=config, environment=KEY_REF)
+        trainer.train(wait=False, logs=False)
+    finally:
+        s3control.delete_public_access_block(AccountId=ACCOUNT)
+    sent = server.json_requests("CreateTrainingJob")[-1]["HyperParameters"]
+    assert uri in sent["sagemaker_training_compiler_config"]
+
+
+def test_a_redis_password_given_as_a_secret_reference_is_seen(aws, source_dir) -> None:
+    """The trainer's environment= reaches the config checks: no refusal, no key warning."""
+    _, role = aws
+    secrets = {
+        "TRCOMP_REDIS_PASSWORD_SECRET": "arn:aws:secretsmanager:us-west-2:1:secret:redis",
+    }
+    uri = "rediss://cache.internal:6379/0"
+    with pytest.raises(SharedCacheError, match="has no password"):
+        remote_trainer(role, source_dir, compiler_config=_shared(uri))
+    remote_trainer(role, source_dir, compiler_config=_shared(uri), environment=secrets)
+    with pytest.warns(CompilerConfigWarning, match="has no signing key"):
+        remote_trainer(role, source_dir, compiler_config=_shared("s3://team-cache/c"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompilerConfigWarning)
+        remote_trainer(
+            role, source_dir, compiler_config=_shared("s3://team-cache/c"), environment=KEY_REF
+        )

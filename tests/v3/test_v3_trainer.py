@@ -128,6 +128,18 @@ def test_mpi_and_smp_are_refused_with_the_v2_reason(source_dir, tmp_path) -> Non
         local_trainer(source_dir, tmp_path, distributed=MPI(), compiler_config=None)
 
 
+def test_a_local_container_job_refuses_a_directory_shared_cache_before_it_starts(
+    source_dir, tmp_path
+) -> None:
+    from trcomp.contract.errors import LocalModeError
+
+    config = TrainingCompilerConfig(backend="inductor", shared_cache=f"file://{tmp_path}/c")
+    trainer = local_trainer(source_dir, tmp_path / "root", compiler_config=config)
+    with pytest.raises(LocalModeError, match="Docker local mode does not mount"):
+        trainer.train(dry_run=True)
+    assert not (tmp_path / "root").exists()  # nothing was written for the job
+
+
 def test_reserved_channel_names_are_refused(source_dir, tmp_path) -> None:
     from sagemaker.core.training.configs import InputData
 

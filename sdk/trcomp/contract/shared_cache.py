@@ -31,6 +31,7 @@ __all__ = [
     "REDIS_PASSWORD_SECRET_ENV",
     "SCHEMES",
     "SharedCacheLocation",
+    "aws_call_limits",
     "check_bucket_owner",
     "error_code",
     "parse_location",
@@ -182,6 +183,20 @@ def _without_password(uri: str, parts: Any) -> str:
         return uri
     user = parts.username or ""
     return uri.replace(f"{user}:{parts.password}@", f"{user}:***@", 1)
+
+
+def aws_call_limits(timeout_s: float) -> dict[str, Any]:
+    """botocore ``Config`` arguments for every shared-cache AWS call, on both sides.
+
+    Connect and read within ``timeout_s`` (at least 1 s, at most 60 s), at most
+    two attempts: a store that does not answer must not hold a job (or ``fit()``).
+    """
+    seconds = max(1.0, min(float(timeout_s), 60.0))
+    return {
+        "connect_timeout": seconds,
+        "read_timeout": seconds,
+        "retries": {"max_attempts": 2, "mode": "standard"},
+    }
 
 
 def error_code(exc: BaseException) -> str:

@@ -6,9 +6,10 @@ refused when anyone but the job's team could write it:
 - an S3 bucket must be of the job's account
   (:func:`~trcomp.contract.shared_cache.check_bucket_owner`) and private
   (:func:`check_bucket_private`: Block Public Access, or else neither a public
-  policy nor a public ACL);
-- a ``file://`` directory must be this user's and writable by no one else
-  (:func:`check_directory`).
+  policy nor a public ACL that the account's Block Public Access leaves in force);
+- a ``file://`` directory must be this user's and writable by no one else,
+  and so must every directory above it (root's, or sticky like ``/tmp``, also
+  do): :func:`check_directory`.
 
 Both the SDK (before a job starts) and the container (in the job, with the
 job's own credentials) call them. Standard library only: boto3 clients come
@@ -36,31 +37,77 @@ _PUBLIC_GRANTEES = (
 _NO_CONFIG = ("NoSuchPublicAccessBlockConfiguration", "NoSuchBucketPolicy")
 
 
-def check_bucket_private(s3: Any, bucket: str, account: str, *, where: str) -> None:
+def check_bucket_private(
+    s3: Any, bucket: str, account: str, *, where: str, s3control: Any = None
+) -> None:
     """Refuse ``bucket`` when people outside ``account`` may be let in by a policy or an ACL.
 
     Passes at once when the bucket's Block Public Access settings are all on
     (S3's default for new buckets). Otherwise S3's own verdict on the bucket
     policy (GetBucketPolicyStatus) must not be public, and the ACL must grant
-    nothing to AllUsers or AuthenticatedUsers (any AWS account). ``s3`` is a
-    boto3 S3 client of the caller; ``where`` names the caller in the message.
+    nothing to AllUsers or AuthenticatedUsers (any AWS account). S3 enforces the
+    stricter of the bucket's and the account's settings, so a public policy is
+    harmless when either has ``RestrictPublicBuckets`` and a public ACL when
+    either has ``IgnorePublicAcls``; the account's (S3 Control
+    GetPublicAccessBlock, through ``s3control``) are read only when the bucket's
+    own facts would refuse it, and when they cannot be read (no ``s3control``,
+    denied, unreachable) the bucket's facts decide. ``s3`` and ``s3control`` are
+    boto3 clients of the caller, with timeouts; ``where`` names the caller in
+    the message.
     """
     block = _call(s3.get_public_access_block, bucket, account, where, "GetBucketPublicAccessBlock")
     flags = block.get("PublicAccessBlockConfiguration", {}) if block else {}
     if all(flags.get(flag) for flag in _BLOCK_FLAGS):
         return
+    account_block = _AccountBlock(s3control, account)
     status = _call(s3.get_bucket_policy_status, bucket, account, where, "GetBucketPolicyStatus")
     public_policy = bool(status and status.get("PolicyStatus", {}).get("IsPublic"))
-    if public_policy and not flags.get("RestrictPublicBuckets"):
-        raise SharedCacheError(_public(bucket, where, "its bucket policy is public"))
+    restrict = "RestrictPublicBuckets"
+    if public_policy and not flags.get(restrict) and not account_block.on(restrict):
+        why = "its bucket policy is public"
+        raise SharedCacheError(_public(bucket, where, why, account_block.unread))
     if flags.get("IgnorePublicAcls"):
         return
     acl = _call(s3.get_bucket_acl, bucket, account, where, "GetBucketAcl") or {}
     for grant in acl.get("Grants", []):
         grantee = grant.get("Grantee", {}).get("URI", "")
-        if grantee in _PUBLIC_GRANTEES:
-            group = grantee.rsplit("/", 1)[-1]
-            raise SharedCacheError(_public(bucket, where, f"its ACL grants {group} access"))
+        if grantee in _PUBLIC_GRANTEES and not account_block.on("IgnorePublicAcls"):
+            why = f"its ACL grants {grantee.rsplit('/', 1)[-1]} access"
+            raise SharedCacheError(_public(bucket, where, why, account_block.unread))
+
+
+class _AccountBlock:
+    """The account's Block Public Access settings, read once, and only when asked."""
+
+    def __init__(self, s3control: Any, account: str) -> None:
+        self._s3control = s3control
+        self._account = account
+        self._flags: dict[str, Any] | None = None
+        self.unread = ""
+        """Why the settings could not be read ("" when they were, or none are set)."""
+
+    def on(self, flag: str) -> bool:
+        if self._flags is None:
+            self._flags = self._read()
+        return bool(self._flags.get(flag))
+
+    def _read(self) -> dict[str, Any]:
+        if self._s3control is None:
+            self.unread = "no S3 Control client"
+            return {}
+        try:
+            answer = self._s3control.get_public_access_block(AccountId=self._account)
+        except Exception as exc:
+            # Not knowing only makes the check stricter: the bucket's facts decide.
+            code = error_code(exc)
+            if code == "NoSuchPublicAccessBlockConfiguration":
+                return {}
+            if code in ("AccessDenied", "403", "Forbidden"):
+                self.unread = "s3:GetAccountPublicAccessBlock was denied"
+            else:
+                self.unread = f"{type(exc).__name__}: {exc}"
+            return {}
+        return dict(answer.get("PublicAccessBlockConfiguration") or {})
 
 
 def _call(method: Any, bucket: str, account: str, where: str, action: str) -> dict[str, Any]:
@@ -80,13 +127,20 @@ def _call(method: Any, bucket: str, account: str, where: str, action: str) -> di
         raise
 
 
-def _public(bucket: str, where: str, why: str) -> str:
-    return (
+def _public(bucket: str, where: str, why: str, account_unread: str) -> str:
+    message = (
         f"shared_cache bucket {bucket!r} may be written by people outside its account ({why}), "
         f"so trcomp refuses it ({where}): a compile cache is code that every job reading it "
         "runs. Turn on all four Block Public Access settings of the bucket "
-        "(aws s3api put-public-access-block) or use a private bucket."
+        "(aws s3api put-public-access-block) or of the account "
+        "(aws s3control put-public-access-block), or use a private bucket."
     )
+    if account_unread:
+        message += (
+            f" The account's Block Public Access settings could not be read ({account_unread}),"
+            " so only the bucket's own were counted."
+        )
+    return message
 
 
 def _uid() -> int:
@@ -94,43 +148,51 @@ def _uid() -> int:
 
 
 def check_directory(path: Path, *, where: str) -> None:
-    """Refuse a ``file://`` location that someone other than this user could write.
+    """Refuse a ``file://`` location that someone other than this user could write or swap.
 
     ``path``, once it exists, must be owned by this user and writable by neither
-    group nor others; no directory above it may be writable by others without
-    the sticky bit (they could swap it for their own). What does not exist yet
-    the job creates, with no write bit for group or others, and checks again.
+    group nor others. Every directory above it, up to ``/``, must be owned by
+    this user or root and writable by neither group nor others unless its sticky
+    bit is set (``/tmp``): whoever can write a parent can rename the cache away
+    and put their own in its place (the rule of OpenSSH's ``StrictModes``).
+    Symbolic links are resolved first, so the directories checked are the ones
+    the job opens. What does not exist yet the job creates, with no write bit
+    for group or others, and checks again.
     """
-    strict = True  # only for path itself
-    for current in (path, *path.parents):
+    resolved = Path(os.path.realpath(path))
+    uid = _uid()
+    for current in (resolved, *resolved.parents):
         try:
             info = current.stat()
         except FileNotFoundError:
-            strict = False
             continue
         except OSError as exc:
             raise SharedCacheError(
                 f"cannot check shared_cache directory {current}: {exc}"
             ) from None
         mode = stat.filemode(info.st_mode)
-        if strict:
-            strict = False
-            if info.st_uid != _uid():
-                raise SharedCacheError(
-                    _foreign(path, current, where, f"owned by uid {info.st_uid}")
-                )
-            if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                raise SharedCacheError(
-                    _foreign(path, current, where, f"writable by group or others ({mode})")
-                )
-        elif info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
-            raise SharedCacheError(_foreign(path, current, where, f"writable by anyone ({mode})"))
+        writable = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if current == resolved:
+            if info.st_uid != uid:
+                why = f"owned by uid {info.st_uid}"
+                raise SharedCacheError(_foreign(path, current, where, why))
+            if writable:
+                why = f"writable by group or others ({mode})"
+                raise SharedCacheError(_foreign(path, current, where, why))
+            continue
+        if info.st_uid not in (uid, 0):
+            why = f"owned by uid {info.st_uid}, neither this user nor root"
+            raise SharedCacheError(_foreign(path, current, where, why))
+        if writable and not info.st_mode & stat.S_ISVTX:
+            why = f"writable by group or others without the sticky bit ({mode})"
+            raise SharedCacheError(_foreign(path, current, where, why))
 
 
 def _foreign(path: Path, current: Path, where: str, why: str) -> str:
     return (
         f"shared_cache directory {path} may be written by someone else ({current} is {why}), "
         f"so trcomp refuses it ({where}): a compile cache is code that every job reading it "
-        f"runs. Make it yours and writable only by you (chown; chmod go-w {current}), or "
-        "choose a directory that is."
+        f"runs. The directory must be yours, each one above it yours or root's, and none "
+        f"writable by group or others unless sticky like /tmp (chown; chmod go-w {current}), "
+        "or choose a directory that is."
     )

@@ -141,8 +141,13 @@ def job_spec(
     image_is_default: bool,
     instance_count: int = 1,
     compiler_config: TrainingCompilerConfig | None = None,
+    environment: Mapping[str, Any] | None = None,
 ) -> JobSpec:
-    """The job as the shared compiler checks see it (v3 has no Debugger or Profiler)."""
+    """The job as the shared compiler checks see it (v3 has no Debugger or Profiler).
+
+    ``environment`` is the trainer's ``environment=``: the shared-cache checks look
+    there for the signing key and the Redis password (as Secrets Manager references).
+    """
     return JobSpec(
         compiler_config=compiler_config,
         instance_types=instance_types,
@@ -150,6 +155,7 @@ def job_spec(
         distribution=dict(distribution),
         image_uri=None if image_is_default else training_image,
         image_is_default=image_is_default,
+        environment=dict(environment or {}),
     )
 
 

@@ -35,6 +35,7 @@ from trcomp.image.uris import (
     local_image_uri,
     remote_image_uri,
 )
+from trcomp.shared_cache import check_shared_cache
 from trcomp.v3 import adapter
 from trcomp.v3._sdk_compat import BuildRequest, TrainingRequestHook
 from trcomp.validation import validate_job
@@ -111,6 +112,7 @@ class ModelTrainer(TrainingRequestHook, _V3ModelTrainer):  # type: ignore[misc]
             image_is_default=self._trcomp_image_is_default,
             instance_count=self._instance_count(),
             compiler_config=self.compiler_config,
+            environment=self.environment,
         )
         if self.compiler_config is not None:
             validate_job(self.compiler_config, spec)
@@ -193,9 +195,11 @@ class ModelTrainer(TrainingRequestHook, _V3ModelTrainer):  # type: ignore[misc]
         """v3's request, built as if the job had no source_code: the image's entrypoint runs.
 
         ``build`` is v3's own request builder (see :mod:`trcomp.v3._sdk_compat`); v3's
-        ``train()`` sends what this returns. A remote job whose hyperparameters or
-        environment carry the caller's AWS credentials is refused here, before
-        anything is uploaded.
+        ``train()`` sends what this returns; it calls this first, so what is refused
+        here is refused before anything is uploaded or any container starts: a remote
+        job whose hyperparameters or environment carry the caller's AWS credentials,
+        and a shared cache the job could not use or must not trust (the checks v2's
+        ``fit()`` makes, :func:`trcomp.shared_cache.check_shared_cache`).
         """
         source = self.source_code
         assert source is not None
@@ -213,10 +217,18 @@ class ModelTrainer(TrainingRequestHook, _V3ModelTrainer):  # type: ignore[misc]
             adapter.launch_environment(getattr(distributed, "process_count_per_node", None))
         )
         hyperparameters = self.trcomp_hyperparameters()
-        if not self._is_local():
+        if self._is_local():
+            check_shared_cache(self.compiler_config, mode="docker")
+        else:
             # v3 sets sagemaker_session for SageMaker jobs when the trainer is built.
-            secrets = credential_values(self.sagemaker_session)
-            check_no_credentials(hyperparameters, environment, secrets)
+            session = self.sagemaker_session
+            check_no_credentials(hyperparameters, environment, credential_values(session))
+            check_shared_cache(
+                self.compiler_config,
+                mode="remote",
+                boto_session=session.boto_session,
+                environment=self.environment,
+            )
         with _code_channel(source, local=self._is_local()) as code:
             channels.append(code)
             if self._is_local() and self._cache_on():
