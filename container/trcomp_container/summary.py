@@ -148,6 +148,9 @@ def build_summary(
         "schema_version": SCHEMA_VERSION,
         **job,
         "compiled": switch_report.compiled_text(records, backend),
+        "warm_start": None
+        if backend is None
+        else switch_report.warm_start(records, bool(job.get("cache_warm"))),
         "speedup": switch_report.speedup_summary(records),
         "warnings": [*warnings, *_derived_warnings(records), *filter(None, [silent])],
         "metrics": _slowest(per_rank),
@@ -199,7 +202,9 @@ def render_block(summary: Mapping[str, Any]) -> str:
         f"devices        {summary.get('devices')}; processes: {len(summary.get('ranks', []))}",
         f"compile time   {show('compile_time_s', ' s')}; graphs {show('graphs_compiled')}; "
         f"recompiles {show('recompiles')}; graph breaks {show('graph_breaks')}",
-        f"first step     {show('first_step_s', ' s')} after start; "
+        f"first step     {show('first_step_s', ' s')} after start"
+        + (f" (from: {summary['warm_start']})" if summary.get("warm_start") else "")
+        + "; "
         f"steady step {show('step_time_s', ' s')} ({show('steps_per_s')} steps/s)",
         f"speed-up       {speedup_line(summary.get('speedup'))}",
         f"cache          {summary.get('cache_dir') or 'off'}"

@@ -17,6 +17,7 @@ __all__ = [
     "eager_step_numbers",
     "nothing_compiled",
     "speedup_summary",
+    "warm_start",
 ]
 
 Record = Mapping[str, Any]
@@ -28,7 +29,30 @@ def _count(record: Record) -> tuple[int, str]:
         return int(record["jax"].get("programs_compiled", 0)), "compile_step program"
     if record.get("xla"):
         return int(record["xla"].get("compiles", 0)), "XLA program"
-    return int((record.get("compile") or {}).get("graphs", 0)), "graph"
+    compile_info = record.get("compile") or {}
+    # An ahead-of-time artifact loaded is a graph that runs compiled, which dynamo never saw.
+    loaded = int((compile_info.get("aot") or {}).get("loaded", 0))
+    return int(compile_info.get("graphs", 0)) + loaded, "graph"
+
+
+_AOT_TEXT = {
+    "loaded": ", loaded from an ahead-of-time artifact",
+    "saved": ", compiled ahead of time and saved for the next job",
+    "compiled": ", compiled ahead of time (not saved)",
+}
+
+
+def warm_start(records: Sequence[Record], cache_warm: bool) -> str:
+    """Where the first compiled step came from: ``aot artifact``, ``compile cache`` or ``cold``.
+
+    Rank 0's view, as :func:`compiled_text`. ``cache_warm``: the job's compile
+    cache held files when it started.
+    """
+    if records:
+        modules = (records[0].get("autocompile") or {}).get("modules") or []
+        if any((entry.get("aot") or {}).get("path") == "loaded" for entry in modules):
+            return "aot artifact"
+    return "compile cache" if cache_warm else "cold"
 
 
 def _plural(count: int, noun: str) -> str:
@@ -54,6 +78,7 @@ def compiled_text(records: Sequence[Record], backend: str | None) -> str:
             how = "by trcomp, no code change"
         if entry.get("regional"):
             how += f", regional: {entry['regional']}"
+        how += _AOT_TEXT.get(str((entry.get("aot") or {}).get("path")), "")
         parts.append(f"{entry['module']} ({how})")
     parts.extend(f"{name} (by the script)" for name in auto.get("script_compiled", []))
     who = ", ".join(parts) if parts else None

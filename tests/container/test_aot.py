@@ -11,7 +11,6 @@ artifact and the normal path runs. Counters, not times.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import jobs
+from tests.helpers.hook import hook_module
 from tests.helpers.records import RANKS, read_records
 from trcomp import TrainingCompilerConfig
 from trcomp_container.backends import resolve_backend
@@ -30,7 +30,7 @@ from trcomp_container.job import JobPaths
 pytestmark = pytest.mark.slow
 
 torch = pytest.importorskip("torch")
-HAS_AOT = hasattr(torch.compiler, "load_compiled_function")
+HAS_AOT = hook_module("trcomp_aot").has_aot_compile(torch)
 CPU = Devices()
 
 SCRIPT = """
@@ -150,5 +150,5 @@ def test_aot_off_says_why(tmp_path: Path, script: Path) -> None:
         assert module["aot"] is None
     else:
         assert module["aot"]["path"] == "off"
-        assert "has no torch.compiler.load_compiled_function" in module["aot"]["reason"]
+        assert "has no aot_compile" in module["aot"]["reason"]
     assert not (tmp_path / "cache" / "aot").exists()

@@ -47,7 +47,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["AOT_DIR", "AotCall", "AotState", "artifact_key", "unsupported_reason"]
+__all__ = [
+    "AOT_DIR",
+    "AotCall",
+    "AotState",
+    "artifact_key",
+    "has_aot_compile",
+    "unsupported_reason",
+]
 
 AOT_DIR = "aot"
 """The artifacts' folder inside the job's compile cache (``TRCOMP_CACHE_DIR``)."""
@@ -61,11 +68,31 @@ _MODULE_HOOKS = (
 )
 
 
+def has_aot_compile(torch: Any) -> bool:
+    """Whether this torch compiles ahead of time: ``torch.compile(fn).aot_compile`` and loading.
+
+    torch 2.9 has ``load_compiled_function`` but no ``aot_compile``; the versions between
+    2.9 and 2.14 are not supported by trcomp, so 2.14 is the floor.
+    """
+    parts = torch.__version__.split("+")[0].split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return False
+    if (major, minor) < (2, 14):
+        return False
+    wrapped = torch.compile(_identity, fullgraph=True)  # lazy: nothing is traced here
+    return hasattr(wrapped, "aot_compile") and hasattr(torch.compiler, "load_compiled_function")
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
 def unsupported_reason(torch: Any, module: Any, compile_kwargs: dict[str, Any]) -> str | None:
     """Why ``module`` cannot get an AOT artifact on this torch; None: it can."""
-    compiler = getattr(torch, "compiler", None)
-    if not hasattr(compiler, "load_compiled_function"):
-        return f"torch {torch.__version__} has no torch.compiler.load_compiled_function"
+    if not has_aot_compile(torch):
+        return f"torch {torch.__version__} has no aot_compile (torch 2.14 has)"
     if compile_kwargs.get("backend", "inductor") != "inductor":
         return "only inductor's artifacts are saved"
     if compile_kwargs.get("mode") in _CUDA_GRAPH_MODES:

@@ -12,6 +12,7 @@ import json
 import sys
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,11 +26,8 @@ CORPUS = REPO / "tests" / "container" / "corpus"
 NEW = next(image for image in IMAGES if image.torch.startswith("2.14."))
 VAR = env_var_for(NEW.torch)
 VENV_214 = REPO / ".venv-214"
-# The lead's checkout holds the shared 2.14 environment when this is a worktree.
-PYTHON_214 = next(
-    (p for p in (VENV_214 / "bin/python", Path("/work/main/.venv-214/bin/python")) if p.exists()),
-    None,
-)
+# `make install-214` stamps the environment once it is complete (CI waits for it).
+PYTHON_214 = VENV_214 / "bin/python" if (VENV_214 / ".installed").exists() else None
 HERE = importlib.metadata.version("torch").split("+")[0]
 
 
@@ -87,7 +85,9 @@ def test_this_python_runs_its_own_version(monkeypatch: pytest.MonkeyPatch) -> No
     assert job_python(HERE) == sys.executable
 
 
-def _run(tmp_path: Path, role: str, name: str, config: TrainingCompilerConfig) -> dict:
+def _run(
+    tmp_path: Path, role: str, name: str, config: TrainingCompilerConfig, **kwargs: Any
+) -> dict:
     est = estimator(
         tmp_path,
         role,
@@ -95,6 +95,7 @@ def _run(tmp_path: Path, role: str, name: str, config: TrainingCompilerConfig) -
         compiler_config=config,
         # One compile thread: no worker-pool start-up on a 2-core machine.
         environment={"TORCHINDUCTOR_COMPILE_THREADS": "1"},
+        **kwargs,
     )
     est.fit(job_name=name)
     out = tmp_path / "out" / name / "output"
@@ -107,19 +108,44 @@ def _run(tmp_path: Path, role: str, name: str, config: TrainingCompilerConfig) -
 
 @pytest.mark.slow
 @pytest.mark.skipif(PYTHON_214 is None, reason=f"no {VENV_214}: run `make install-214`")
-def test_a_plain_loop_trains_compiled_on_2_14_as_eager(
+def test_a_plain_loop_trains_compiled_on_2_14_as_eager_and_warm_starts_from_aot(
     tmp_path: Path, role: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Three 2.14 jobs: compiled (saves its AOT artifact to a shared cache), eager, and a
+    second compiled job with another checkpoint location that loads the artifact."""
     monkeypatch.setenv(VAR, str(PYTHON_214))
-    compiled = _run(tmp_path, role, "on-214", TrainingCompilerConfig())
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o700)
+
+    def compiled_job(name: str) -> dict:
+        config = TrainingCompilerConfig(shared_cache=f"file://{shared}", shared_cache_timeout_s=60)
+        checkpoints = f"file://{tmp_path / name / 'checkpoints'}"
+        return _run(tmp_path, role, name, config, checkpoint_s3_uri=checkpoints)
+
+    compiled = compiled_job("on-214")
     eager = _run(tmp_path, role, "off-214", TrainingCompilerConfig(enabled=False))
     summary = compiled["summary"]
     assert summary["outcome"] == "success"
     assert summary["versions"]["torch"].split("+")[0] == NEW.torch
     assert summary["backend"] == "inductor"
     assert summary["metrics"]["graphs_compiled"] >= 1
+    assert summary["warm_start"] == "cold"
+    (module,) = summary["ranks"][0]["autocompile"]["modules"]
+    assert module["aot"]["path"] == "saved", module["aot"]
     assert any(flag == [True] for flag in compiled["report"]["compiled"])
     assert eager["summary"]["versions"]["torch"].split("+")[0] == NEW.torch
     ours, theirs = compiled["report"]["losses"], eager["report"]["losses"]
     assert len(ours) == len(theirs) == 20
+    assert max(abs(a[0] - b[0]) for a, b in zip(ours, theirs, strict=True)) < 1e-4
+
+    # A fresh job, its own (empty) checkpoint location: only the shared cache is warm.
+    warm = compiled_job("warm-214")
+    summary = warm["summary"]
+    assert summary["warm_start"] == "aot artifact", summary["compiled"]
+    (module,) = summary["ranks"][0]["autocompile"]["modules"]
+    assert module["aot"]["path"] == "loaded", module["aot"]
+    assert module["aot"]["calls"] >= 4 and module["ran_compiled"] is True, module
+    assert "loaded from an ahead-of-time artifact" in summary["compiled"]
+    assert any(flag == [True] for flag in warm["report"]["compiled"])
+    ours = warm["report"]["losses"]
     assert max(abs(a[0] - b[0]) for a, b in zip(ours, theirs, strict=True)) < 1e-4
