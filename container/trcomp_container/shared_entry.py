@@ -225,13 +225,23 @@ def stamp(path: Path) -> tuple[int, int]:
     return stat.st_size, stat.st_mtime_ns
 
 
+_NOT_SHARED = frozenset({"precompiled_headers"})
+"""Folders a shared entry leaves out. Inductor's precompiled C++ header (CPU kernels,
+torch 2.14) is one file of about 150 MB here, tied to the host's compiler, which the
+compatibility set does not name; gzip of it alone outlasts the write budget. The
+lineage's own cache (the checkpoint location) keeps it."""
+
+
 def files_of(live: Path, skip: Mapping[str, tuple[int, int]]) -> list[tuple[str, Path]]:
-    """The lasting files of ``live``, but those in ``skip`` with the same size and mtime."""
+    """The lasting, shareable files of ``live``, but those in ``skip`` with the same size
+    and mtime."""
     found = []
     for root, dirs, files in os.walk(live):
         here = Path(root)
         relative_root = here.relative_to(live)
-        dirs[:] = sorted(d for d in dirs if not is_transient(relative_root / d))
+        dirs[:] = sorted(
+            d for d in dirs if not is_transient(relative_root / d) and d not in _NOT_SHARED
+        )
         for name in sorted(files):
             relative = relative_root / name
             if is_transient(relative):

@@ -17,6 +17,7 @@ from trcomp.contract.errors import SharedCacheError
 from trcomp.contract.shared_cache import check_bucket_owner, parse_location
 from trcomp_container.cache_key import compat_set, gpu_models
 from trcomp_container.shared_cache import open_shared_cache
+from trcomp_container.shared_entry import files_of
 from trcomp_container.shared_store import DirectoryStore, S3Store
 
 
@@ -235,3 +236,16 @@ def test_the_pgo_job_id_is_stable_per_location_and_entry_point():
     assert one == pgo_environment("s3://bucket/team/checkpoints", "train.py")
     assert one != pgo_environment("s3://bucket/team/checkpoints", "eval.py")
     assert one["TORCH_COMPILE_JOB_ID"].startswith("trcomp-")
+
+
+def test_an_entry_leaves_out_inductors_precompiled_headers(tmp_path: Path) -> None:
+    """A header of about 150 MB tied to the host's compiler: the lineage keeps it, a
+    shared entry does not (its gzip alone outlasted the write budget on torch 2.14)."""
+    live = tmp_path / "live"
+    (live / "inductor" / "precompiled_headers").mkdir(parents=True)
+    (live / "inductor" / "precompiled_headers" / "abc.h.gch").write_bytes(b"x" * 64)
+    (live / "inductor" / "fxgraph").mkdir()
+    (live / "inductor" / "fxgraph" / "entry").write_bytes(b"graph")
+    (live / "aot").mkdir()
+    (live / "aot" / "key.pt2").write_bytes(b"artifact")
+    assert sorted(rel for rel, _ in files_of(live, {})) == ["aot/key.pt2", "inductor/fxgraph/entry"]

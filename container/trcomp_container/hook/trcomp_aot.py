@@ -89,6 +89,15 @@ def _identity(value: Any) -> Any:
     return value
 
 
+def _call_forward(module: Any, *args: Any, **kwargs: Any) -> Any:
+    """What is compiled ahead of time: the module is an argument, so the artifact holds
+    no module (a closure over one cannot be saved) and any instance of the same
+    structure can call it. ``torch.compile(module.forward)`` would not do: dynamo
+    skips the frames of ``torch.nn``'s own modules (``nn.Sequential``) and wraps
+    their forward in a closure."""
+    return module.forward(*args, **kwargs)
+
+
 def unsupported_reason(torch: Any, module: Any, compile_kwargs: dict[str, Any]) -> str | None:
     """Why ``module`` cannot get an AOT artifact on this torch; None: it can."""
     if not has_aot_compile(torch):
@@ -308,10 +317,9 @@ class AotCall:
             if stale is not None:
                 self.state.stale.append(stale)
                 return None
-            forward = type(self._module).forward
             with artifact.open("rb") as handle:
                 fn = self._torch.compiler.load_compiled_function(
-                    handle, f_globals=getattr(forward, "__globals__", None)
+                    handle, f_globals=_call_forward.__globals__
                 )
             fn.disable_guard_check()  # checked before each call, in __call__
             if not fn.guard_check(self._module, *args, **kwargs):
@@ -324,8 +332,8 @@ class AotCall:
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         options = {**self._compile_kwargs, "fullgraph": True}
-        compiled = self._torch.compile(self._module.forward, **options)
-        fn = compiled.aot_compile((args, kwargs))
+        compiled = self._torch.compile(_call_forward, **options)
+        fn = compiled.aot_compile(((self._module, *args), kwargs))
         fn.disable_guard_check()
         return fn
 
