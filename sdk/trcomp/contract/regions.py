@@ -31,6 +31,7 @@ torch is never imported here; callers pass the ``torch`` module in.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -160,9 +161,9 @@ _MARK_ATTRS = ("forward", "__getstate__")
 def mark_regions(module: Any, torch: Any, *, skipped: list[str] | None = None) -> list[BlockGroup]:
     """Mark each repeated block's forward as a nested compile region; the groups marked.
 
-    The mark is an instance attribute ``forward`` bound to the block; eager calls
-    go straight to the class's forward. It is left out of the block's pickled
-    state, so a saved or copied model is the plain one. A group whose blocks
+    The mark is an instance attribute ``forward``, the region with the block as its
+    first argument; eager calls go straight to the class's forward. It is left out
+    of the block's pickled state, so a saved or copied model is the plain one. A group whose blocks
     already carry an instance ``forward`` (another library's wrapper), or for
     which :func:`unsafe_reason` has a reason (appended to ``skipped``), is left alone.
     """
@@ -177,7 +178,11 @@ def mark_regions(module: Any, torch: Any, *, skipped: list[str] | None = None) -
             continue
         region = _marked_forward(type(group.blocks[0]), torch)
         for block in group.blocks:
-            block.forward = MethodType(region, block)
+            # The block is the region's first argument, not a bound ``self``: torch 2.14
+            # reuses the subgraph traced for the first block of a bound method (or a
+            # closure) for every block, with that block's weights (wrong outputs, no
+            # gradients for the others); as an argument, each block's weights are inputs.
+            block.forward = functools.partial(region, block)
             object.__setattr__(block, "__getstate__", MethodType(_drop_marks, block))
         marked.append(group)
     return marked
