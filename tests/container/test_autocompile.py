@@ -84,10 +84,14 @@ def test_a_model_with_repeated_blocks_is_compiled_with_one_region_for_its_blocks
     job = run("plain", TrainingCompilerConfig(backend="inductor", regional=True), layers=4)
     summary = job.summary
     (module,) = summary["ranks"][0]["autocompile"]["modules"]
-    assert module["regional"] == "4 x TransformerEncoderLayer" and module["failed"] is None
-    assert summary["compiled"] == (
-        "TinyLM (by trcomp, no code change, regional: 4 x TransformerEncoderLayer); 1 graph"
-    )
+    assert module["failed"] is None
+    if job.summary["versions"]["torch"].startswith("2.9."):
+        assert module["regional"] == "4 x TransformerEncoderLayer"
+        assert summary["compiled"] == (
+            "TinyLM (by trcomp, no code change, regional: 4 x TransformerEncoderLayer); 1 graph"
+        )
+    else:  # wrong gradients under inductor on torch 2.14 (regions.torch_reason): whole
+        assert module["regional"] is None and "wrong gradients" in module["regional_off"]
     assert summary["metrics"]["graphs_compiled"] == 1
     assert close(losses(job), losses(run("plain", OFF, layers=4)))
 

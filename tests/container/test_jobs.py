@@ -7,10 +7,12 @@ compiled run costs tens of seconds on a small CPU machine.
 from __future__ import annotations
 
 import shutil
+from importlib.util import find_spec
 
 import pytest
 
 from tests.helpers import jobs
+from tests.helpers.engines import needs_torch_xla
 from tests.helpers.records import compilations, read_records
 from trcomp.config import TrainingCompilerConfig
 from trcomp.contract.metrics import METRICS, parse_metrics
@@ -29,6 +31,8 @@ def loop_runs(tmp_path_factory):
         "xla": TrainingCompilerConfig(backend="xla", debug=True),
         "inductor": TrainingCompilerConfig(backend="inductor"),
     }
+    if find_spec("torch_xla") is None:  # a torch newer than 2.9: the xla tests skip
+        del configs["xla"]
     return {
         name: jobs.run_job(
             tmp_path_factory.mktemp(name),
@@ -50,11 +54,11 @@ def test_every_backend_trains_to_the_same_loss_and_saves(loop_runs):
         assert result["backend"] == (None if name == "eager" else name)
         assert result["steps"] == LOOP_HPS["steps"]
         losses[name] = result["loss"]
-    assert losses["xla"] == pytest.approx(losses["eager"], abs=1e-4)
+    assert losses.get("xla", losses["eager"]) == pytest.approx(losses["eager"], abs=1e-4)
     assert losses["inductor"] == pytest.approx(losses["eager"], abs=1e-4)
 
 
-@pytest.mark.parametrize("name", ["xla", "inductor"])
+@pytest.mark.parametrize("name", [pytest.param("xla", marks=needs_torch_xla), "inductor"])
 def test_compiled_runs_report_the_compiler_metrics(loop_runs, name):
     run = loop_runs[name]
     summary = run.summary
@@ -89,6 +93,7 @@ def test_eager_run_reports_steps_but_no_compilation(loop_runs):
     assert record["steps"] == LOOP_HPS["steps"] and "step_time_s" in metrics
 
 
+@needs_torch_xla
 def test_xla_debug_dumps_land_in_the_compiler_directory(loop_runs):
     compiler = loop_runs["xla"].base / "output/data/compiler"
     assert (compiler / "xla_metrics_report.rank0.txt").read_text().count("CompileTime") >= 1
@@ -132,6 +137,7 @@ def test_warm_job_hits_inductors_cache(loop_runs, tmp_path, record_property):
     )
 
 
+@needs_torch_xla
 def test_native_torch_xla_script_runs_under_xla(tmp_path):
     run = jobs.run_job(
         tmp_path, config=TrainingCompilerConfig(backend="xla"), entry_point="native_xla.py"
@@ -180,6 +186,7 @@ def test_unmodified_hf_trainer_is_compiled_by_inductor(tmp_path):
     assert run.summary["ranks"][0]["steps"] == 4
 
 
+@needs_torch_xla
 def test_unmodified_hf_trainer_under_xla_fails_with_the_one_line_fix(tmp_path):
     # The Trainer's default optimizer is fused AdamW, which cannot step XLA tensors.
     run = jobs.run_job(
@@ -194,6 +201,7 @@ def test_unmodified_hf_trainer_under_xla_fails_with_the_one_line_fix(tmp_path):
     assert "optim='adamw_torch'" in failure and "--optim adamw_torch" in failure
 
 
+@needs_torch_xla
 def test_hf_trainer_under_xla_with_the_named_fix_trains_on_the_xla_device(tmp_path):
     run = jobs.run_job(
         tmp_path,

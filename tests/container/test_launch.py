@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.engines import needs_torch_xla
 from trcomp_container.devices import Devices
 from trcomp_container.failures import ExitCode, JobFailed
 from trcomp_container.launch import build_command, distribution_of, nproc_per_node
@@ -140,6 +141,7 @@ print("world", xr.world_size(), flush=True)
 
 
 @pytest.mark.slow
+@needs_torch_xla
 def test_torch_xla_on_cpu_gives_each_torchrun_process_a_world_of_one(tmp_path):
     """Why pytorchxla refuses several processes per CPU host; fails once torch-xla changes."""
     script = tmp_path / "world.py"

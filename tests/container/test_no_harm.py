@@ -213,6 +213,26 @@ def test_unfreezing_parameters_after_the_compile_compiles_afresh_and_trains_as_e
     assert compiled == pytest.approx(eager, abs=1e-6)
 
 
+def test_torch_alone_reuses_the_frozen_graph_on_2_9_and_recompiles_on_2_14():
+    # Why the hook compiles afresh when requires_grad changes (trcomp_autocompile
+    # AutoCompile._recompiled): torch.compile(model) alone, on 2.9, keeps running the
+    # graph traced with the frozen parameters, so they get no gradients after unfreezing.
+    # torch 2.14 recompiles by itself; the hook's fresh compile costs the same one compile.
+    def two_phases(compiled: bool) -> list[float]:
+        torch.manual_seed(0)
+        model = Net()
+        model.embed.requires_grad_(False)
+        run = torch.compile(model, backend="aot_eager") if compiled else model
+        losses = train(run, steps=3)
+        model.embed.requires_grad_(True)
+        return losses + train(run, steps=3, seed=1)
+
+    eager, compiled = two_phases(False), two_phases(True)
+    assert compiled[:3] == pytest.approx(eager[:3], abs=1e-6)
+    reuses_frozen_graph = torch.torch_version.TorchVersion(torch.__version__) < "2.14"
+    assert (compiled[4:] != pytest.approx(eager[4:], abs=1e-6)) == reuses_frozen_graph
+
+
 def test_data_parallel_leaves_the_model_eager_and_points_to_one_process_per_gpu():
     # The hook's entry point as torch calls it on the model's first call (a forward of
     # DataParallel itself runs in the corpus: tests/container/corpus/data_parallel_cpu.py).

@@ -10,7 +10,10 @@ test instead, which pytest-timeout stops (``HANG_S``).
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -207,3 +210,35 @@ def test_a_redis_that_stops_answering_mid_job_does_not_fail_the_compile(tmp_path
     assert child.stdout.count("result") == 2
     assert child.stderr.count("stopped answering") == 1  # then off: no second wait
     assert len(accepted) == 1
+
+
+_REMOTE_CACHE_CONFIG = """
+import json
+import torch._dynamo.config as dynamo
+import torch._functorch.config as functorch
+import torch._inductor.config as inductor
+print(json.dumps([inductor.fx_graph_remote_cache, functorch.enable_remote_autograd_cache,
+                  dynamo.automatic_dynamic_remote_pgo, inductor.autotune_remote_cache,
+                  inductor.bundled_autotune_remote_cache]))
+"""
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_remote_cache_variables_are_the_ones_this_torch_reads(gpu):
+    # The names are torch's, read when its config modules are imported (torch 2.9 and
+    # 2.14 alike): a renamed one would leave a shared Redis cache silently unused.
+    from trcomp.contract.shared_cache import parse_location
+    from trcomp_container.shared_redis import redis_environment
+
+    env = redis_environment(parse_location("redis://cache-host:6379/0"), gpu=gpu)
+    child = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TORCH_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", _REMOTE_CACHE_CONFIG],
+        env={**child, **env},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    fx, autograd, pgo, autotune, bundled = json.loads(done.stdout.strip().splitlines()[-1])
+    assert fx is True and autograd is True and pgo is True
+    assert autotune is bundled is (True if gpu else None)

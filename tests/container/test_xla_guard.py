@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.engines import needs_torch_xla
 from tests.helpers.hook import run_hooked
 from tests.helpers.jobs import SCRIPTS
 from trcomp.config import TrainingCompilerConfig
@@ -20,7 +21,7 @@ from trcomp_container.devices import Devices
 from trcomp_container.environment import build_environment
 from trcomp_container.job import JobPaths
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, needs_torch_xla]
 
 
 def gpu_host_env(tmp_path: Path, config: TrainingCompilerConfig, backend) -> dict[str, str]:

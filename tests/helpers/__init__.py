@@ -8,6 +8,7 @@
 - ``redis_server``: a real ``redis-server`` on a free port of 127.0.0.1 (password, TLS).
 - ``hung_server``: a socket that accepts and never answers (a store that hangs).
 - ``commands``: stand-in command-line tools (a fake ``docker``) on a PATH of their own.
+- ``engines``: skip marks for tests that need torch-xla (absent on torch >= 2.10).
 
 Fixtures stay in ``conftest.py`` files and may call these. pytest puts the repository
 root on ``sys.path`` (``pythonpath`` in pyproject.toml), so ``tests`` is this package.

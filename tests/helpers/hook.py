@@ -16,6 +16,11 @@ from types import ModuleType
 
 from trcomp_container.environment import HOOK_DIR
 
+# The hook imports ``trcomp.contract``: the child takes it from this checkout, as a job does
+# (tests/helpers/jobs.py), not from whichever copy the interpreter has installed.
+_REPO = Path(__file__).resolve().parents[2]
+_CHECKOUT = [str(_REPO / "sdk"), str(_REPO / "container")]
+
 __all__ = ["hook_module", "run_hooked"]
 
 
@@ -25,7 +30,7 @@ def run_hooked(
     """Run ``code`` in a Python child with the hook on, as rank 3, metrics under tmp_path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRCOMP_")}
     env.update(extra_env or {})
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOK_DIR), extra_path]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOK_DIR), extra_path, *_CHECKOUT]))
     env["TRCOMP_METRICS_DIR"] = str(tmp_path / "ranks")
     env["RANK"] = "3"
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)

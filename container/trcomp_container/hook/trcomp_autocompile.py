@@ -455,6 +455,11 @@ class AutoCompile:
             entry.calls += 1
             entry.last_call_eager = False
             saved = _snapshot(module, owner._torch) if entry.calls <= 3 else None
+            # The module's own pre-hook does not run on this path (nn.Module calls
+            # _compiled_call_impl instead of _call_impl): count the call as the outermost
+            # one, so what the compiled code calls is not taken for the script's model
+            # (torch 2.14's aot_eager runs the graph as an fx GraphModule, grad disabled).
+            owner._depth += 1
             try:
                 return compiled(*args, **kwargs)
             except dynamo_error as exc:
@@ -464,7 +469,9 @@ class AutoCompile:
                 entry.failed = f"{type(exc).__name__}: {exc}"[:_REASON_CHARS]
                 if saved is not None:
                     _restore(module, owner._torch, saved)
-                return module._call_impl(*args, **kwargs)
+            finally:
+                owner._depth = max(0, owner._depth - 1)
+            return module._call_impl(*args, **kwargs)
 
         return call
 
