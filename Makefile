@@ -150,10 +150,14 @@ docs: install
 # CUDA_VISIBLE_DEVICES, NCCL/DDP, in under 10 minutes. Results are written as they
 # come to $(GPU_CHECK_OUT)/gpu-check.{json,md}. Any python with torch and pydantic
 # works from this checkout: make gpu-check GPU_PY=python3. GPU_CHECK_ARGS=--dry-run
-# runs the same code on CPU.
+# runs the same code on CPU. TORCH_VERSION=2.14 runs it on that torch: GPU_PY when
+# its torch is 2.14, else the Python TRCOMP_PROCESS_PYTHON_2_14 names (as process
+# mode picks it; make install-214 makes one); the report records the torch that ran.
 GPU_PY ?= $(PY)
 GPU_CHECK_OUT ?= gpu-check
 GPU_CHECK_ARGS ?=
+TORCH_VERSION ?=
 gpu-check:
 	PYTHONPATH=sdk:container$${PYTHONPATH:+:$$PYTHONPATH} \
-		$(GPU_PY) -m trcomp_bench.gpu_check --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
+		$(GPU_PY) -m trcomp_bench.gpu_check --out $(GPU_CHECK_OUT) \
+		$(if $(TORCH_VERSION),--torch-version $(TORCH_VERSION)) $(GPU_CHECK_ARGS)
