@@ -11,7 +11,6 @@ artifact and the normal path runs. Counters, not times.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
