@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 
-.PHONY: install install-214 install-v3 test-v3 demo test test-fast test-sdk-lowest lint image base-image docker-engine test-container bench gpu-check docs clean
+.PHONY: install install-214 install-v3 test-v3 demo test test-fast test-sdk-lowest lint image base-image docker-engine test-container bench bench-warmstart gpu-check docs clean
 
 install: $(VENV)/.installed
 
@@ -139,6 +139,17 @@ BENCH_OUT ?= docs/benchmarks
 bench: install
 	$(PY) -m trcomp_bench --json $(BENCH_OUT)/cpu.json --markdown $(BENCH_OUT)/cpu.md \
 		--png $(BENCH_OUT)/cpu.png $(BENCH_ARGS)
+	$(PY) -m trcomp_bench.doctables
+
+# Warm starts per torch version, side by side in one run of interleaved rounds: first
+# step cold, warm from the FX-graph cache, warm from the AOT artifact (2.14), steady
+# step against eager, for the demo model and two reference workloads, through the
+# zero-code hook (docs/benchmarks.md). 2.14 runs on TRCOMP_PROCESS_PYTHON_2_14, else
+# on $(VENV_214) (make install-214). Two rounds took about 25 min on a busy 2-core
+# machine. WARMSTART_ARGS adds options, e.g. WARMSTART_ARGS="--rounds 3".
+bench-warmstart: install install-214
+	TRCOMP_PROCESS_PYTHON_2_14=$${TRCOMP_PROCESS_PYTHON_2_14:-$(abspath $(PY_214))} \
+		$(PY) -m trcomp_bench.warmstart --json $(BENCH_OUT)/warmstart.json $(WARMSTART_ARGS)
 	$(PY) -m trcomp_bench.doctables
 
 # Rewrites every table of measured numbers in docs/ from the JSON behind it
