@@ -39,6 +39,7 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -87,6 +88,7 @@ class WarmOptions:
     warmup: int = 4
     rounds: int = 2
     cold_rounds: int = 1  # rounds with a cold run; later rounds warm from the last one's cache
+    budget_s: float | None = None  # no run starts after this many seconds (None: no limit)
 
 
 def has_aot(version: str) -> bool:
@@ -191,16 +193,23 @@ def run_warmstart(
     options: WarmOptions,
     *,
     worker: Worker = _default_worker,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = lambda line: print(line, flush=True),
     environ: Mapping[str, str] | None = None,
+    progress: Callable[[list[dict[str, Any]]], object] | None = None,
 ) -> list[dict[str, Any]]:
     """Every run of every round, each a dict with ``version``, ``workload``, ``round`` and
-    ``kind``; the interleaving is :func:`~trcomp_bench.rounds.round_order`'s."""
+    ``kind``; the interleaving is :func:`~trcomp_bench.rounds.round_order`'s over the
+    (workload, version) pairs, so a workload's versions run back to back.
+
+    ``progress`` gets the runs so far after every run (to write them as they come);
+    once ``options.budget_s`` is spent no run starts, and the runs so far are returned.
+    """
     from trcomp_bench.worker import RunSpec
     from trcomp_bench.workloads import get_workload
 
     pythons = {version: python_for(version, environ) for version in options.versions}
-    pairs = [(v, w) for v in options.versions for w in options.workloads]
+    pairs = [(v, w) for w in options.workloads for v in options.versions]
+    deadline = None if options.budget_s is None else time.monotonic() + options.budget_s
     runs: list[dict[str, Any]] = []
     caches: dict[tuple[str, str], Path] = {}  # the last cold run's cache dir per pair
     with tempfile.TemporaryDirectory(prefix="trcomp-warmstart-") as tmp:
@@ -217,6 +226,9 @@ def run_warmstart(
                 if round_no % 2:  # eager last every other round: eager and compiled trade places
                     kinds = [*kinds[1:], kinds[0]]
                 for kind in kinds:
+                    if deadline is not None and time.monotonic() > deadline:
+                        log(f"budget of {options.budget_s:g} s spent: no more runs")
+                        return runs
                     if kind == "fx":  # the cold run's FX-graph cache, without its AOT artifact
                         cache.mkdir(parents=True, exist_ok=True)  # a failed cold run made none
                         shutil.copytree(cache, fx_cache, ignore=shutil.ignore_patterns("aot"))
@@ -237,6 +249,8 @@ def run_warmstart(
                     run.update(version=version, workload=workload, round=round_no)
                     runs.append(run)
                     log(_describe(run))
+                    if progress is not None:
+                        progress(runs)
     return runs
 
 
@@ -334,11 +348,11 @@ def fold(
 
 
 def _secs(value: float | None) -> str:
-    return "failed" if value is None else f"{value:.1f} s"
+    return "not measured" if value is None else f"{value:.1f} s"
 
 
 def _ms(value: float | None) -> str:
-    return "failed" if value is None else f"{value * 1e3:.2f} ms"
+    return "not measured" if value is None else f"{value * 1e3:.2f} ms"
 
 
 def _path(row: dict[str, Any], kind: str) -> str:
@@ -424,7 +438,12 @@ def main(argv: list[str] | None = None) -> int:
         default=defaults.cold_rounds,
         help="rounds that start cold; the later ones warm from the last cold run's cache",
     )
-    parser.add_argument("--json", type=Path, help="write runs, rows and conditions here")
+    parser.add_argument(
+        "--budget-s", type=float, help="start no run after this many seconds (default: none)"
+    )
+    parser.add_argument(
+        "--json", type=Path, help="write runs, rows and conditions here, after every run"
+    )
     parser.add_argument("--markdown", type=Path, help="write the table here")
     args = parser.parse_args(argv)
     options = WarmOptions(
@@ -435,31 +454,36 @@ def main(argv: list[str] | None = None) -> int:
         warmup=args.warmup,
         rounds=args.rounds,
         cold_rounds=args.cold_rounds,
+        budget_s=args.budget_s,
     )
-    started = datetime.datetime.now(datetime.timezone.utc)
-    load_before = load_average()
-    runs = run_warmstart(options)
-    data = {
-        "conditions": {
-            "started": started.isoformat(timespec="seconds"),
-            "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "commit": _commit(),
-            "cpus": os.cpu_count(),
-            "load_before": load_before,
-            "load_after": load_average(),
-            "load_bound": default_load_bound(),
-            "options": asdict(options),
-        },
-        "rows": fold(runs),
-        "runs": runs,
+    conditions = {
+        "started": _now(),
+        "commit": _commit(),
+        "cpus": os.cpu_count(),
+        "load_before": load_average(),
+        "load_bound": default_load_bound(),
+        "options": asdict(options),
     }
-    text = markdown_table(data)
-    print(text)
-    if args.json:
-        write_text(args.json, json.dumps(data, indent=2) + "\n")
-    if args.markdown:
-        write_text(args.markdown, text)
+
+    def write(runs: list[dict[str, Any]]) -> dict[str, Any]:
+        data = {
+            "conditions": {**conditions, "last_run_ended": _now(), "load_now": load_average()},
+            "rows": fold(runs),
+            "runs": runs,
+        }
+        if args.json:
+            write_text(args.json, json.dumps(data, indent=2) + "\n")
+        if args.markdown:
+            write_text(args.markdown, markdown_table(data))
+        return data
+
+    data = write(run_warmstart(options, progress=write))
+    print(markdown_table(data))
     return 0
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 if __name__ == "__main__":
