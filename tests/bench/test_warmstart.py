@@ -93,7 +93,7 @@ def test_table_names_the_paths_and_says_why_2_9_has_no_aot_cell() -> None:
     assert "2.14.1+cu130" in new
     assert NO_AOT.format(version="2.9") == "n/a (torch 2.9 has no aot_compile)"
     assert "| n/a (torch 2.9 has no aot_compile) |" in old
-    assert "| failed (hits 0, misses 0) |" in old
+    assert "| not measured (hits 0, misses 0) |" in old
     assert "fx (round 0): RunFailed" in old
 
 
@@ -127,6 +127,12 @@ def test_run_order_cache_dirs_and_environments(monkeypatch: pytest.MonkeyPatch) 
         }  # fmt: skip
 
     options = WarmOptions(versions=("2.9", "2.14"), workloads=("mlp",), steps=3, warmup=1)
+    assert (
+        warmstart.run_warmstart(
+            WarmOptions(versions=("2.9",), budget_s=0.0), worker=worker, log=lambda line: None
+        )
+        == []
+    )  # a spent budget starts nothing
     runs = warmstart.run_warmstart(options, worker=worker, log=lambda line: None)
     order = [(r["round"], r["version"], r["kind"]) for r in runs]
     assert order == [
