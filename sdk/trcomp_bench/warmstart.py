@@ -338,6 +338,12 @@ def fold(
                 "fx_hits": sum(int(c.get("hit", 0)) for c in fx),
                 "fx_misses": sum(int(c.get("miss", 0)) for c in fx),
                 "load": _load_range(loads),
+                "not_run": [
+                    kind
+                    for kind in KINDS
+                    if (kind != "aot" or has_aot(version))
+                    and not any(r["kind"] == kind for r in mine)
+                ],
                 "errors": [
                     f"{r['kind']} (round {r['round']}): {r['error']}" for r in mine if "error" in r
                 ],
@@ -388,7 +394,8 @@ def markdown_table(data: dict[str, Any]) -> str:
             ratio = "n/a"
         diff = "n/a" if row["max_loss_diff"] is None else f"{row['max_loss_diff']:.1e}"
         load = "n/a" if not row["load"] else f"{row['load'][0]:.1f}-{row['load'][1]:.1f}"
-        flags = "; ".join(filter(None, [row["unreliable"], *row["errors"]])) or "none"
+        not_run = row.get("not_run") and f"not run: {', '.join(row['not_run'])} (budget spent)"
+        flags = "; ".join(filter(None, [row["unreliable"], not_run, *row["errors"]])) or "none"
         lines.append(
             [
                 row["torch"] or row["version"],

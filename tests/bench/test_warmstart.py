@@ -81,6 +81,8 @@ def test_fold_medians_ratios_and_paths() -> None:
     assert old["first_fx_s"] is None
     assert old["vs_eager_rounds"] == pytest.approx([2.0])
     assert old["errors"] == ["fx (round 0): RunFailed: timed out after 1200 s"]
+    assert new["not_run"] == [] and old["not_run"] == []  # the fx run ran, and failed
+    assert fold(_runs()[:-1], load_bound=2.0)[1]["not_run"] == ["fx"]
 
 
 def test_table_names_the_paths_and_says_why_2_9_has_no_aot_cell() -> None:
@@ -95,6 +97,8 @@ def test_table_names_the_paths_and_says_why_2_9_has_no_aot_cell() -> None:
     assert "| n/a (torch 2.9 has no aot_compile) |" in old
     assert "| not measured (hits 0, misses 0) |" in old
     assert "fx (round 0): RunFailed" in old
+    short = markdown_table({"rows": fold(_runs()[:-1], load_bound=2.0)}).splitlines()[3]
+    assert "| not run: fx (budget spent) |" in short
 
 
 def test_the_table_is_what_doctables_renders(tmp_path: Path) -> None:
@@ -197,3 +201,16 @@ def test_a_tiny_real_run_on_this_torch(tmp_path: Path, clean_env: pytest.MonkeyP
     (row,) = fold(runs)
     assert row["max_loss_diff"] is not None and row["max_loss_diff"] < 1e-4
     assert sys.executable  # the run used this interpreter (python_for's first rule)
+
+
+@pytest.mark.parametrize("name", ["tiny_lm", "mlp", "cnn"])
+def test_workload_models_have_importable_classes(name: str) -> None:
+    """An AOT artifact names the model's classes by import path: none may be a local class."""
+    pytest.importorskip("torch")
+    from trcomp_bench.workloads import get_workload
+
+    model, _ = get_workload(name).factory("tiny")(2)
+    for module in model.modules():
+        cls = type(module)
+        assert "<locals>" not in cls.__qualname__, cls
+        assert getattr(sys.modules[cls.__module__], cls.__qualname__) is cls
