@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 
-.PHONY: install install-214 install-v3 test-v3 test-214 demo test test-fast test-sdk-lowest lint image base-image docker-engine test-container bench gpu-check docs clean
+.PHONY: install install-214 install-v3 test-v3 test-214 demo test test-fast test-sdk-lowest lint image base-image docker-engine test-container bench bench-warmstart gpu-check docs clean
 
 install: $(VENV)/.installed
 
@@ -163,6 +163,17 @@ bench: install
 		--png $(BENCH_OUT)/cpu.png $(BENCH_ARGS)
 	$(PY) -m trcomp_bench.doctables
 
+# Warm starts per torch version, side by side in one run of interleaved rounds: first
+# step cold, warm from the FX-graph cache, warm from the AOT artifact (2.14), steady
+# step against eager, for the demo model and two reference workloads, through the
+# zero-code hook (docs/benchmarks.md). 2.14 runs on TRCOMP_PROCESS_PYTHON_2_14, else
+# on $(VENV_214) (make install-214). Two rounds took about 25 min on a busy 2-core
+# machine. WARMSTART_ARGS adds options, e.g. WARMSTART_ARGS="--rounds 3".
+bench-warmstart: install install-214
+	TRCOMP_PROCESS_PYTHON_2_14=$${TRCOMP_PROCESS_PYTHON_2_14:-$(abspath $(PY_214))} \
+		$(PY) -m trcomp_bench.warmstart --json $(BENCH_OUT)/warmstart.json $(WARMSTART_ARGS)
+	$(PY) -m trcomp_bench.doctables
+
 # Rewrites every table of measured numbers in docs/ from the JSON behind it
 # (tests/docs/test_doc_tables.py fails while one is stale).
 docs: install
@@ -172,10 +183,14 @@ docs: install
 # CUDA_VISIBLE_DEVICES, NCCL/DDP, in under 10 minutes. Results are written as they
 # come to $(GPU_CHECK_OUT)/gpu-check.{json,md}. Any python with torch and pydantic
 # works from this checkout: make gpu-check GPU_PY=python3. GPU_CHECK_ARGS=--dry-run
-# runs the same code on CPU.
+# runs the same code on CPU. TORCH_VERSION=2.14 runs it on that torch: GPU_PY when
+# its torch is 2.14, else the Python TRCOMP_PROCESS_PYTHON_2_14 names (as process
+# mode picks it; make install-214 makes one); the report records the torch that ran.
 GPU_PY ?= $(PY)
 GPU_CHECK_OUT ?= gpu-check
 GPU_CHECK_ARGS ?=
+TORCH_VERSION ?=
 gpu-check:
 	PYTHONPATH=sdk:container$${PYTHONPATH:+:$$PYTHONPATH} \
-		$(GPU_PY) -m trcomp_bench.gpu_check --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
+		$(GPU_PY) -m trcomp_bench.gpu_check --out $(GPU_CHECK_OUT) \
+		$(if $(TORCH_VERSION),--torch-version $(TORCH_VERSION)) $(GPU_CHECK_ARGS)

@@ -11,6 +11,9 @@ tool whose writer turns it into markdown:
 - ``speedup_jobs``: the reference workloads run as jobs (``python -m
   trcomp_bench.speedup_jobs --json``), rendered by
   :func:`trcomp_bench.speedup_jobs.markdown_table`;
+- ``warmstart``: the warm-start run per torch version (``python -m
+  trcomp_bench.warmstart --json``), rendered by
+  :func:`trcomp_bench.warmstart.markdown_table`;
 - ``recorded``: numbers measured before their tool kept JSON (command timings,
   runs whose raw rows were not kept): an object with ``measured`` (the date),
   ``source`` (how and where it was measured, the commit that first recorded
@@ -60,6 +63,12 @@ def _speedup_jobs(path: Path) -> str:
     return markdown_table(json.loads(path.read_text()))
 
 
+def _warmstart(path: Path) -> str:
+    from trcomp_bench.warmstart import markdown_table
+
+    return markdown_table(json.loads(path.read_text()))
+
+
 def _recorded(path: Path) -> str:
     data: dict[str, Any] = json.loads(path.read_text())
     missing = RECORDED_KEYS - set(data)
@@ -77,6 +86,7 @@ KINDS: dict[str, Callable[[Path], str]] = {
     "launch": _launch,
     "recorded": _recorded,
     "speedup_jobs": _speedup_jobs,
+    "warmstart": _warmstart,
 }
 
 

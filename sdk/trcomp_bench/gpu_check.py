@@ -52,6 +52,7 @@ from trcomp_bench.runs import (
     run_capped,
     run_jobs,
 )
+from trcomp_bench.versions import run_on_torch
 
 __all__ = ["CHECKS", "Check", "main", "render"]
 
@@ -297,6 +298,8 @@ def render(log: ResultLog) -> str:
         "# trcomp GPU check",
         "",
         f"- date: {meta.get('date')}; dry run: {meta.get('dry_run')}",
+        f"- torch asked for: {meta.get('torch_version') or 'this Python'}; "
+        f"python: {meta.get('python')}",
         f"- GPUs: {meta.get('versions', {}).get('gpus')}; driver {meta.get('versions', {}).get('driver')}",  # noqa: E501
         f"- versions: {json.dumps({k: v for k, v in meta.get('versions', {}).items() if k not in ('gpus',)})}",  # noqa: E501
         "",
@@ -328,8 +331,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", default="", help="comma-separated check names")
     args = parser.parse_args(argv)
+    run_on_torch(
+        args.torch_version, "trcomp_bench.gpu_check", sys.argv[1:] if argv is None else argv
+    )
     args.scratch = Path(tempfile.mkdtemp(prefix="trcomp-gpu-check-"))
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "dry_run": args.dry_run}
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "dry_run": args.dry_run,
+        "torch_version": args.torch_version,  # asked for; versions.torch is what ran
+        "python": sys.executable,
+    }
     log = ResultLog(Path(args.out) / "gpu-check", meta, render)
     deadline = time.monotonic() + args.budget_s
     chosen = [c for c in CHECKS if not args.only or c.name in args.only.split(",")]

@@ -59,6 +59,7 @@ from trcomp_bench.runs import (
     run_capped,
     run_jobs,
 )
+from trcomp_bench.versions import run_on_torch
 
 __all__ = [
     "BACKENDS",
@@ -374,6 +375,9 @@ def _runner(
 def main(argv: list[str] | None = None) -> int:
     """Run every (model, backend) in its own capped process, writing each result at once."""
     args = _parse(argv)
+    run_on_torch(
+        args.torch_version, "trcomp_bench.gpu_h200", sys.argv[1:] if argv is None else argv
+    )
     if args.one_model:
         return _child(args)
     models = [m for m in args.models.split(",") if m]
@@ -383,7 +387,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown model or backend: {', '.join(unknown)}", file=sys.stderr)
         return 2
     deadline = time.monotonic() + args.budget_s
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "dry_run": args.dry_run}
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "dry_run": args.dry_run,
+        "torch_version": args.torch_version,  # asked for; versions.torch is what ran
+        "python": sys.executable,
+    }
     log = ResultLog(Path(args.out), meta, _markdown)
     meta["versions"] = collect_versions()
     log.write()

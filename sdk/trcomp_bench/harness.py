@@ -138,13 +138,22 @@ def _child_env(base: Mapping[str, str]) -> dict[str, str]:
 
 
 def run_measurement(
-    spec: RunSpec, env: Mapping[str, str], timeout_s: float = 900.0
+    spec: RunSpec, env: Mapping[str, str], timeout_s: float = 900.0, python: str | None = None
 ) -> dict[str, Any]:
-    """Run ``spec`` in a fresh ``python -m trcomp_bench.worker``; raise :class:`RunFailed`."""
+    """Run ``spec`` in a fresh ``python -m trcomp_bench.worker``; raise :class:`RunFailed`.
+
+    ``python``: the interpreter (another torch version's); None: this one.
+    """
     with tempfile.TemporaryDirectory(prefix="trcomp-run-") as tmp:
         spec_path, out_path = Path(tmp, "spec.json"), Path(tmp, "out.json")
         spec_path.write_text(spec.to_json())
-        command = [sys.executable, "-m", "trcomp_bench.worker", str(spec_path), str(out_path)]
+        command = [
+            python or sys.executable,
+            "-m",
+            "trcomp_bench.worker",
+            str(spec_path),
+            str(out_path),
+        ]
         done = run_capped(command, timeout_s, env=_child_env(env))
         if done.timed_out:
             raise RunFailed(f"timed out after {timeout_s:.0f} s", {"oom": False})

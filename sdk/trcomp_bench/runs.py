@@ -230,7 +230,8 @@ def run_jobs(
 def add_job_arguments(
     parser: argparse.ArgumentParser, *, out: str, out_help: str, budget_s: float
 ) -> None:
-    """The options both budgeted commands share: --out, --budget-s, --steps, --dry-run."""
+    """The options both budgeted commands share: --out, --budget-s, --steps, --dry-run,
+    --torch-version."""
     parser.add_argument("--out", default=out, help=out_help)
     parser.add_argument(
         "--budget-s",
@@ -241,4 +242,9 @@ def add_job_arguments(
     parser.add_argument("--steps", type=int, default=20, help="timed steps (default: 20)")
     parser.add_argument(
         "--dry-run", action="store_true", help="tiny models on CPU: checks the script, not the GPU"
+    )
+    parser.add_argument(
+        "--torch-version",
+        help="run on this torch (2.9, 2.14): this Python when its torch is that version, else "
+        "the one TRCOMP_PROCESS_PYTHON_<MAJOR>_<MINOR> names (default: this Python's torch)",
     )

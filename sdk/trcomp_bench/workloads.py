@@ -152,17 +152,9 @@ def _bert(batch_size: int, size: str) -> tuple[Any, BatchFn]:
 
 def _classifier(body: Any) -> Any:
     """Wrap ``body`` so that ``model(x, y)`` returns the cross-entropy loss."""
-    import torch
+    from trcomp_bench.models import ClassifierLoss
 
-    class WithLoss(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.body = body
-
-        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return torch.nn.functional.cross_entropy(self.body(x), y)
-
-    return WithLoss()
+    return ClassifierLoss(body)
 
 
 def _mlp(batch_size: int, size: str) -> tuple[Any, BatchFn]:
@@ -203,6 +195,40 @@ def _cnn(batch_size: int, size: str) -> tuple[Any, BatchFn]:
     return _classifier(body), batch
 
 
+_DEMO_MODULE = "trcomp_demo_tiny_lm"
+_DEMO_SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "examples" / "tiny_lm" / "train.py"
+
+
+def _tiny_lm(batch_size: int, size: str) -> tuple[Any, BatchFn]:
+    """The demo job's model (docs/examples/tiny_lm) at the demo's shape, on the demo's data.
+
+    Both sizes are the demo's: 2 layers, width 64, 4 heads, 32 tokens, vocabulary 64.
+    """
+    import torch
+
+    from trcomp_bench.models import NextTokenLoss
+
+    if not _DEMO_SCRIPT.is_file():
+        raise ValueError(f"the tiny_lm workload needs a trcomp checkout: {_DEMO_SCRIPT} is missing")
+    demo = sys.modules.get(_DEMO_MODULE)
+    if demo is None:  # registered, so that an AOT artifact can refer to TinyLM by name
+        module_spec = importlib.util.spec_from_file_location(_DEMO_MODULE, _DEMO_SCRIPT)
+        assert module_spec is not None and module_spec.loader is not None
+        demo = importlib.util.module_from_spec(module_spec)
+        sys.modules[_DEMO_MODULE] = demo
+        module_spec.loader.exec_module(demo)
+    vocab, seq_len = 64, 32
+    body = demo.TinyLM(vocab, 64, 2, 4, seq_len)
+
+    def batch(step: int) -> tuple[torch.Tensor]:
+        gen = _generator(step)  # the demo's data: rows counting up by a stride, mod vocab
+        start = torch.randint(0, vocab, (batch_size, 1), generator=gen)
+        stride = torch.randint(1, 5, (batch_size, 1), generator=gen)
+        return ((start + stride * torch.arange(seq_len + 1)) % vocab,)
+
+    return NextTokenLoss(body, vocab), batch
+
+
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
@@ -212,6 +238,7 @@ WORKLOADS: dict[str, Workload] = {
         Workload("cnn", "plain PyTorch CNN classifier (conv, batch norm)", _cnn, 32),
         Workload("gpt2-2l", "GPT-2 with 2 blocks, no KV cache (regional rows)", _gpt2_layers(2), 8),
         Workload("gpt2-8l", "GPT-2 with 8 blocks, no KV cache (regional rows)", _gpt2_layers(8), 8),
+        Workload("tiny_lm", "the demo job's model (docs/examples/tiny_lm)", _tiny_lm, 8),
     )
 }
 

@@ -107,3 +107,70 @@ def test_gpu_check_dry_run_passes_on_cpu(tmp_path: Path) -> None:
     assert [m["module"] for m in zero_code["compiled_modules"]] == ["Sequential"]
     assert zero_code["graphs"] >= 1 and zero_code["kept"] in ("compiled", "eager")
     assert zero_code["speedup_vs_eager"] > 0
+
+
+def _this_and_other_torch() -> tuple[str, str]:
+    """This interpreter's torch as MAJOR.MINOR, and the other version trcomp runs."""
+    import importlib.metadata
+
+    here = ".".join(importlib.metadata.version("torch").split(".")[:2])
+    return here, "2.9" if here == "2.14" else "2.14"
+
+
+def test_run_on_torch_stays_on_this_interpreter_when_its_torch_is_the_one() -> None:
+    from trcomp_bench.versions import run_on_torch
+
+    here, _ = _this_and_other_torch()
+    run_on_torch(None, "trcomp_bench.gpu_check", [])  # returns: nothing asked
+    run_on_torch(here, "trcomp_bench.gpu_check", [])  # returns: no exec
+
+
+def test_gpu_check_on_a_torch_without_an_interpreter_is_refused_with_the_command(
+    tmp_path: Path,
+) -> None:
+    from trcomp.local.interpreter import env_var_for
+
+    _, other = _this_and_other_torch()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRCOMP_", "MAKE"))}
+    proc = subprocess.run(
+        ["make", "-s", "gpu-check", f"GPU_PY={sys.executable}", f"TORCH_VERSION={other}",
+         f"GPU_CHECK_OUT={tmp_path}", "GPU_CHECK_ARGS=--dry-run --only environment"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert f"{env_var_for(other)} is not set" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "gpu-check.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tool", ["gpu_check", "gpu_h200"])
+def test_dry_run_on_the_other_torch_records_the_torch_that_ran(tmp_path: Path, tool: str) -> None:
+    """Needs the other version's environment (make install-214) named by its variable."""
+    from trcomp.local.interpreter import env_var_for
+
+    _, other = _this_and_other_torch()
+    var = env_var_for(other)
+    if not os.environ.get(var):
+        pytest.skip(f"{var} is not set: no interpreter with torch {other}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRCOMP_", "MAKE"))}
+    env[var] = os.environ[var]
+    if tool == "gpu_check":
+        command = [
+            "make", "-s", "gpu-check", f"GPU_PY={sys.executable}", f"TORCH_VERSION={other}",
+            f"GPU_CHECK_OUT={tmp_path}", "GPU_CHECK_ARGS=--dry-run --only environment",
+        ]  # fmt: skip
+        report = tmp_path / "gpu-check.json"
+    else:
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "sdk"), str(ROOT / "container")])
+        command = [
+            sys.executable, "-m", "trcomp_bench.gpu_h200", "--dry-run", "--torch-version", other,
+            "--models", "gpt2-small", "--backends", "eager", "--steps", "2", "--warmup", "1",
+            "--out", str(tmp_path / "h200"),
+        ]  # fmt: skip
+        report = tmp_path / "h200.json"
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    meta = json.loads(report.read_text())["meta"]
+    assert meta["torch_version"] == other
+    assert meta["versions"]["torch"].startswith(other + ".")
+    assert meta["python"] == os.environ[var]
