@@ -191,11 +191,15 @@ def test_a_tiny_real_run_on_this_torch(tmp_path: Path, clean_env: pytest.MonkeyP
     assert [r.get("error") for r in runs] == [None] * len(runs), runs
     kinds = {r["kind"]: r for r in runs}
     assert kinds["cold"]["compile_events"] >= 1
-    assert kinds["fx"]["fxgraph_cache"]["hit"] >= 1
+    assert kinds["fx"]["compile_events"] >= 1 and kinds["fx"]["aot"] is None  # aot=False
     if has_aot(version):
         assert kinds["cold"]["aot"]["path"] == "saved"
         assert kinds["aot"]["aot"]["path"] == "loaded"
+        # The cold run compiled ahead of time, which writes none of the FX-graph cache
+        # entries the normal path looks up (docs/benchmarks.md, warm starts).
+        assert kinds["fx"]["fxgraph_cache"]["hit"] == 0
     else:
+        assert kinds["fx"]["fxgraph_cache"]["hit"] >= 1
         assert kinds["cold"]["aot"]["path"] == "off"
         assert "aot" not in kinds
     (row,) = fold(runs)
