@@ -81,8 +81,23 @@ def _recorded(path: Path) -> str:
     return table(data["header"], data["rows"])
 
 
+def _ci(path: Path) -> str:
+    """The stage times ``.ci/run`` writes to build/ci-timings.json, as it wrote them."""
+    data: dict[str, Any] = json.loads(path.read_text())
+    rows = [
+        [stage["stage"], f"{stage['start_s']} s", f"{stage['seconds']} s"]
+        for stage in data["stages"]
+    ]
+    last = data["stages"][-1] if data["stages"] else {"start_s": 0, "seconds": 0}
+    rows.append(
+        [f"whole run (commit {data.get('commit')})", "", f"{last['start_s'] + last['seconds']} s"]
+    )
+    return table(["stage", "starts at", "took"], rows)
+
+
 KINDS: dict[str, Callable[[Path], str]] = {
     "bench": _bench,
+    "ci": _ci,
     "launch": _launch,
     "recorded": _recorded,
     "speedup_jobs": _speedup_jobs,
