@@ -138,6 +138,10 @@ def job_python(framework_version: str | None, environ: Mapping[str, str] | None 
     here = _installed_here()
     if _matches(wanted, here):
         return sys.executable
+    if here is None and wanted == wanted_torch(None):
+        # No torch at all, default version: the container-extra check that follows
+        # names every missing package and the one pip command that brings them.
+        return sys.executable
     var = env_var_for(wanted)
     asked = f"framework_version={framework_version!r}" if framework_version else "the default"
     chosen = environ.get(var)
