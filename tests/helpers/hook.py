@@ -37,7 +37,11 @@ def run_hooked(
 
 
 def hook_module(name: str) -> ModuleType:
-    """Import the hook's module ``name`` (e.g. ``trcomp_stepclock``) from its file."""
+    """Import the hook's module ``name`` (e.g. ``trcomp_stepclock``) from its file.
+
+    A hook module that imports a sibling (``trcomp_switch`` imports ``trcomp_aot``) gets
+    the sibling loaded the same way first, whatever order the tests ran in.
+    """
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, HOOK_DIR / f"{name}.py")
@@ -46,5 +50,13 @@ def hook_module(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     # Registered first: dataclasses and typing look the module up by name while it runs.
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ModuleNotFoundError as exc:
+        del sys.modules[name]
+        sibling = exc.name or ""
+        if sibling in sys.modules or not (HOOK_DIR / f"{sibling}.py").is_file():
+            raise
+        hook_module(sibling)
+        return hook_module(name)
     return module
