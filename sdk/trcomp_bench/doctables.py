@@ -90,7 +90,11 @@ def _ci(path: Path) -> str:
     ]
     last = data["stages"][-1] if data["stages"] else {"start_s": 0, "seconds": 0}
     rows.append(
-        [f"whole run (commit {data.get('commit')})", "", f"{last['start_s'] + last['seconds']} s"]
+        [
+            f"end of the last stage written (commit {data.get('commit')})",
+            "",
+            f"{last['start_s'] + last['seconds']} s",
+        ]
     )
     return table(["stage", "starts at", "took"], rows)
 
