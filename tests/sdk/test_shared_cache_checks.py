@@ -8,7 +8,6 @@ submitted to moto for real; process mode runs nothing when it refuses.
 from __future__ import annotations
 
 import json
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -189,6 +188,9 @@ def test_a_public_bucket_of_the_callers_account_is_refused_before_the_job(moto, 
     assert len(moto.json_requests("CreateTrainingJob")) == before
 
 
+# A hung S3 Control under botocore's defaults (60 s a read, retried) runs past this and
+# fails through pytest-timeout; the job's own timeout (1 s) ends it in seconds.
+@pytest.mark.timeout(120)
 def test_the_accounts_block_public_access_counts_before_the_job(moto, role, tmp_path, monkeypatch):
     import boto3
 
@@ -203,14 +205,11 @@ def test_the_accounts_block_public_access_counts_before_the_job(moto, role, tmp_
         # S3 Control does not answer: the bucket's own settings decide, within the timeout.
         with hung_server() as (port, accepted):
             monkeypatch.setenv("AWS_ENDPOINT_URL_S3_CONTROL", f"http://127.0.0.1:{port}")
-            started = time.monotonic()
             estimator = _estimator(tmp_path, role, uri, "ml.g5.xlarge", timeout_s=1)
             with pytest.raises(SharedCacheError, match="grants AllUsers") as caught:
                 estimator.fit(wait=False)
-            took = time.monotonic() - started
         monkeypatch.delenv("AWS_ENDPOINT_URL_S3_CONTROL")
         assert accepted and "Block Public Access settings could not be read" in str(caught.value)
-        assert took < 30, f"{took:.0f} s: botocore's defaults (60 s a read), not the job's"
         # S3 Control answers: the account ignores public ACLs, so the job is submitted.
         before = len(moto.json_requests("CreateTrainingJob"))
         _estimator(tmp_path, role, uri, "ml.g5.xlarge").fit(wait=False)
