@@ -93,8 +93,9 @@ class WarmOptions:
 
 def has_aot(version: str) -> bool:
     """Whether torch ``version`` (``2.14``, ``2.14.1+cpu``) has ``aot_compile`` (2.14 on)."""
-    major, minor = (int(part) for part in version.split("+")[0].split(".")[:2])
-    return (major, minor) >= (2, 14)
+    from trcomp.contract.config import torch_has_aot
+
+    return torch_has_aot(version)
 
 
 def run_env(kind: str, *, job: Path, cache: Path, base_env: Mapping[str, str]) -> dict[str, str]:

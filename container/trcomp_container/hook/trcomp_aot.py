@@ -29,7 +29,7 @@ regional compilation) or anything fails, the module takes the normal
 compile cache, so they go through the same trust checks as every other entry
 of a shared cache (docs/remote.md): an artifact is pickled code.
 
-Standard library only at import; callers pass the ``torch`` module in.
+Standard library and ``trcomp.contract`` only at import; callers pass ``torch`` in.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from trcomp.contract.config import torch_has_aot
 
 __all__ = [
     "AOT_DIR",
@@ -74,12 +76,7 @@ def has_aot_compile(torch: Any) -> bool:
     torch 2.9 has ``load_compiled_function`` but no ``aot_compile``; the versions between
     2.9 and 2.14 are not supported by trcomp, so 2.14 is the floor.
     """
-    parts = torch.__version__.split("+")[0].split(".")
-    try:
-        major, minor = int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return False
-    if (major, minor) < (2, 14):
+    if not torch_has_aot(torch.__version__):
         return False
     wrapped = torch.compile(_identity, fullgraph=True)  # lazy: nothing is traced here
     return hasattr(wrapped, "aot_compile") and hasattr(torch.compiler, "load_compiled_function")

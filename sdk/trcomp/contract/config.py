@@ -30,12 +30,26 @@ __all__ = [
     "Mode",
     "TrainingCompilerConfig",
     "XlaEngine",
+    "torch_has_aot",
 ]
 
 Backend = Literal["auto", "xla", "inductor"]
 Mode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 Fallback = Literal["eager", "fail"]
 XlaEngine = Literal["auto", "torch_xla", "jax"]
+AOT_TORCH = (2, 14)
+"""The first torch with ``aot_compile`` that trcomp runs (torch 2.9 has none)."""
+
+
+def torch_has_aot(version: str) -> bool:
+    """Whether torch ``version`` (``2.14``, ``2.14.1+cu130``) is one the ``aot`` field acts on."""
+    try:
+        major, minor = (int(part) for part in version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= AOT_TORCH
+
+
 InductorValue = bool | int | float | str
 
 # Matched with fullmatch: "$" would accept a trailing newline.
