@@ -37,6 +37,9 @@ SCRIPT = """
 import json, os, sys
 import torch
 from torch import nn
+from transformers.utils import logging as hf_logging
+
+LOG = hf_logging.get_logger("trcomp.test")
 
 class Net(nn.Module):
     def __init__(self):
@@ -45,6 +48,7 @@ class Net(nn.Module):
         self.b = nn.Linear(32, 1)
 
     def forward(self, x):
+        LOG.warning_once("Net logs this once, as transformers' models do")
         return self.b(torch.relu(self.a(x))) * SCALE
 
 SCALE = float(os.environ.get("SCALE", "1.0"))
@@ -89,6 +93,7 @@ def run(base: Path, cache: Path, config: TrainingCompilerConfig, script: Path) -
     return {
         "losses": json.loads((base / "losses.json").read_text()),
         "record": records[0] if records else None,
+        "logged": (done.stdout + done.stderr).count("Net logs this once"),
     }
 
 
@@ -129,6 +134,9 @@ def test_second_job_loads_the_artifact_an_edited_forward_does_not(
     assert module["ran_compiled"] is True
     for job in (first, second):
         assert job["losses"] == pytest.approx(off["losses"], abs=1e-5)
+    # The forward logs once (transformers' warning_once, which dynamo cannot put in one
+    # graph): the artifact skips the call, the eager first step logged it, as without trcomp.
+    assert [job["logged"] for job in (off, first, second)] == [1, 1, 1]
 
     # Same classes, parameters and inputs, same numbers: only the forward's text differs.
     script.write_text(SCRIPT.replace(") * SCALE", ") * SCALE * 1.0"))
@@ -146,6 +154,7 @@ def test_aot_off_says_why(tmp_path: Path, script: Path) -> None:
     result = run(tmp_path / "job", tmp_path / "cache", config, script)
     (module,) = result["record"]["autocompile"]["modules"]
     assert module["ran_compiled"] is True
+    assert result["logged"] == 1
     if HAS_AOT:
         assert module["aot"] is None
     else:

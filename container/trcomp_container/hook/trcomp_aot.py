@@ -34,6 +34,7 @@ Standard library and ``trcomp.contract`` only at import; callers pass ``torch`` 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import inspect
@@ -42,7 +43,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -330,7 +331,8 @@ class AotCall:
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         options = {**self._compile_kwargs, "fullgraph": True}
         compiled = self._torch.compile(_call_forward, **options)
-        fn = compiled.aot_compile(((self._module, *args), kwargs))
+        with _once_logs_ignored(self._torch):
+            fn = compiled.aot_compile(((self._module, *args), kwargs))
         fn.disable_guard_check()
         return fn
 
@@ -353,6 +355,38 @@ class AotCall:
             partial.unlink(missing_ok=True)
             return _short("compiled ahead of time but not saved", exc)
         return None
+
+
+def once_logging_methods() -> list[Callable[..., Any]]:
+    """The "log once" methods libraries put on ``logging.Logger`` (transformers'
+    ``warning_once``, ``info_once``): ``functools.lru_cache`` functions named ``*_once``."""
+    import logging
+
+    return [
+        method
+        for name, method in vars(logging.Logger).items()
+        if name.endswith("_once") and callable(getattr(method, "cache_info", None))
+    ]
+
+
+@contextlib.contextmanager
+def _once_logs_ignored(torch: Any) -> Iterator[None]:
+    """While ``aot_compile`` traces: dynamo skips calls of the "log once" methods.
+
+    An artifact is one graph, and dynamo cannot put a logger call in one outside
+    export: transformers' models log once from ``forward`` (GPT-2's loss: "loss_type=None
+    ... Using the default loss"), which made every such model take the normal path.
+    Skipping is exact for a message already logged: the hook's first compiled call
+    comes after at least one eager step, which logged it, and a "once" method logs
+    nothing on later calls. The normal path (a graph break around the call) is unchanged.
+    """
+    config = torch._dynamo.config
+    methods = once_logging_methods()
+    if not methods or not hasattr(config, "ignore_logging_functions"):
+        yield
+        return
+    with config.patch(ignore_logging_functions={*config.ignore_logging_functions, *methods}):
+        yield
 
 
 def _short(prefix: str, exc: BaseException) -> str:
