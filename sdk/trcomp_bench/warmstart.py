@@ -8,8 +8,12 @@
   on torch >= 2.14 this run also compiles ahead of time and saves the artifact),
   in the first ``cold_rounds`` rounds; later rounds warm from the last cold
   run's cache dir (a cold compile takes minutes on a small CPU machine);
+- ``cold_fx`` (torch >= 2.14 only): cold too, with ``aot=False``: the normal
+  ``torch.compile`` path, which writes the FX-graph cache entries an ahead-of-time
+  compile does not write;
 - ``fx``: warm from inductor's FX-graph cache, no AOT artifact: ``aot=False`` on
-  a copy of the cold run's cache dir without its ``aot/`` folder;
+  a copy of the cache dir of the last cold run of the normal path (``cold_fx``
+  where there is one, else ``cold``), without its ``aot/`` folder;
 - ``aot``: warm from the AOT artifact: the cold run's cache dir as it is (torch
   >= 2.14 only; torch 2.9 has no ``aot_compile``).
 
@@ -57,6 +61,7 @@ from trcomp_bench.rounds import (
 from trcomp_bench.versions import python_for
 
 __all__ = [
+    "AOT_KINDS",
     "KINDS",
     "WarmOptions",
     "fold",
@@ -67,8 +72,10 @@ __all__ = [
     "run_warmstart",
 ]
 
-KINDS = ("eager", "cold", "fx", "aot")
+KINDS = ("eager", "cold", "cold_fx", "fx", "aot")
 """The runs of one (version, workload) in one round, in the order they run."""
+AOT_KINDS = ("cold_fx", "aot")
+"""The kinds only a torch with ``aot_compile`` runs (elsewhere ``cold`` is the normal path)."""
 NO_AOT = "n/a (torch {version} has no aot_compile)"
 _RECORD_GLOB = "rank*-pid*.json"
 _TIMEOUT_S = 1200.0
@@ -116,7 +123,10 @@ def run_env(kind: str, *, job: Path, cache: Path, base_env: Mapping[str, str]) -
         config = TrainingCompilerConfig(enabled=False)
     else:  # no eager window, no keep-faster switch: every step after the first compiled
         config = TrainingCompilerConfig(
-            backend="inductor", measure_speedup=False, keep_faster=False, aot=kind != "fx"
+            backend="inductor",
+            measure_speedup=False,
+            keep_faster=False,
+            aot=kind not in ("cold_fx", "fx"),
         )
     paths = JobPaths.under(job)
     for directory in (paths.model, paths.output_data, paths.code):
@@ -212,27 +222,31 @@ def run_warmstart(
     pairs = [(v, w) for w in options.workloads for v in options.versions]
     deadline = None if options.budget_s is None else time.monotonic() + options.budget_s
     runs: list[dict[str, Any]] = []
-    caches: dict[tuple[str, str], Path] = {}  # the last cold run's cache dir per pair
+    # The last cold run's cache dir per (version, workload, kind of cold run).
+    caches: dict[tuple[str, str, str], Path] = {}
     with tempfile.TemporaryDirectory(prefix="trcomp-warmstart-") as tmp:
         for round_no in range(options.rounds):
             for version, workload in round_order(pairs, round_no):
                 root = Path(tmp, f"r{round_no}-{version}-{workload}")
                 fx_cache = root / "fx-cache"
-                kinds = [k for k in KINDS if k != "aot" or has_aot(version)]
-                if round_no < options.cold_rounds or (version, workload) not in caches:
-                    caches[version, workload] = root / "cache"
-                else:  # a cold compile costs minutes here: later rounds reuse the last one's
-                    kinds.remove("cold")
-                cache = caches[version, workload]
+                kinds = [k for k in KINDS if k not in AOT_KINDS or has_aot(version)]
+                colds = [k for k in kinds if k.startswith("cold")]
+                for cold in colds:
+                    if round_no < options.cold_rounds or (version, workload, cold) not in caches:
+                        caches[version, workload, cold] = root / f"cache-{cold}"
+                    else:  # a cold compile costs minutes here: later rounds reuse the last's
+                        kinds.remove(cold)
+                cache = caches[version, workload, "cold"]
+                fx_source = caches[version, workload, colds[-1]]  # the normal path's
                 if round_no % 2:  # eager last every other round: eager and compiled trade places
                     kinds = [*kinds[1:], kinds[0]]
                 for kind in kinds:
                     if deadline is not None and time.monotonic() > deadline:
                         log(f"budget of {options.budget_s:g} s spent: no more runs")
                         return runs
-                    if kind == "fx":  # the cold run's FX-graph cache, without its AOT artifact
-                        cache.mkdir(parents=True, exist_ok=True)  # a failed cold run made none
-                        shutil.copytree(cache, fx_cache, ignore=shutil.ignore_patterns("aot"))
+                    if kind == "fx":  # the normal path's FX-graph cache, without AOT artifacts
+                        fx_source.mkdir(parents=True, exist_ok=True)  # a failed cold run: none
+                        shutil.copytree(fx_source, fx_cache, ignore=shutil.ignore_patterns("aot"))
                     spec = RunSpec(
                         backend="eager" if kind == "eager" else "inductor",
                         batch_size=get_workload(workload).default_batch_size,
@@ -243,10 +257,8 @@ def run_warmstart(
                         zero_code=kind != "eager",
                     )
                     job = root / f"job-{kind}"
-                    run = _measure(
-                        kind, spec, pythons[version], job, fx_cache if kind == "fx" else cache,
-                        worker,
-                    )  # fmt: skip
+                    where = {"fx": fx_cache, "cold_fx": fx_source}.get(kind, cache)
+                    run = _measure(kind, spec, pythons[version], job, where, worker)
                     run.update(version=version, workload=workload, round=round_no)
                     runs.append(run)
                     log(_describe(run))
@@ -291,8 +303,10 @@ def fold(
     """One row per (version, workload): medians over rounds, per-round ratios, the paths.
 
     ``first_*_s`` are the median first compiled steps of the cold, FX-warm and
-    AOT-warm runs; ``eager_step_s`` and ``step_s`` the median steady steps of
-    the eager runs and of the compiled ones (all three kinds: the steady step
+    AOT-warm runs, ``first_cold_fx_s`` the cold ones of the normal path (torch
+    >= 2.14; elsewhere ``cold`` is that path); ``eager_step_s`` and ``step_s``
+    the median steady steps of the eager runs and of the compiled ones (all
+    kinds: the steady step
     does not depend on how the run started); ``vs_eager_rounds`` each round's
     eager step over its compiled step; ``paths`` which path each kind's runs
     took (the hook's record); ``fx_hits``/``fx_misses`` the FX-graph cache's
@@ -324,6 +338,7 @@ def fold(
                 "workload": workload,
                 "aot_applies": has_aot(version),
                 "first_cold_s": _median([r["first_s"] for r in by_kind["cold"]]),
+                "first_cold_fx_s": _median([r["first_s"] for r in by_kind["cold_fx"]]),
                 "first_fx_s": _median([r["first_s"] for r in by_kind["fx"]]),
                 "first_aot_s": _median([r["first_s"] for r in by_kind["aot"]]),
                 "eager_step_s": _median([r["step_s"] for r in by_kind["eager"]]),
@@ -335,6 +350,7 @@ def fold(
                         {(r.get("aot") or {}).get("path") or "none" for r in by_kind[kind]}
                     )
                     for kind in KINDS[1:]
+                    if kind not in AOT_KINDS or has_aot(version)
                 },
                 "fx_hits": sum(int(c.get("hit", 0)) for c in fx),
                 "fx_misses": sum(int(c.get("miss", 0)) for c in fx),
@@ -342,7 +358,7 @@ def fold(
                 "not_run": [
                     kind
                     for kind in KINDS
-                    if (kind != "aot" or has_aot(version))
+                    if (kind not in AOT_KINDS or has_aot(version))
                     and not any(r["kind"] == kind for r in mine)
                 ],
                 "errors": [
@@ -376,17 +392,16 @@ def markdown_table(data: dict[str, Any]) -> str:
     from trcomp_bench.results import table
 
     header = [
-        "torch", "workload", "first step, cold", "warm, FX-graph cache", "warm, AOT artifact",
+        "torch", "workload", "first step, cold", "cold, aot=False", "warm, FX-graph cache",
+        "warm, AOT artifact",
         "eager step", "compiled step", "vs eager (range, rounds)", "max loss diff vs eager",
         "load (1 min)", "flags",
     ]  # fmt: skip
     lines = []
     for row in data["rows"]:
-        aot = (
-            f"{_secs(row['first_aot_s'])} ({_path(row, 'aot')})"
-            if row["aot_applies"]
-            else NO_AOT.format(version=row["version"])
-        )
+        no_aot = NO_AOT.format(version=row["version"])
+        aot = f"{_secs(row['first_aot_s'])} ({_path(row, 'aot')})" if row["aot_applies"] else no_aot
+        cold_fx = _secs(row.get("first_cold_fx_s")) if row["aot_applies"] else "the cold column"
         fx_cache = f"hits {row['fx_hits']}, misses {row['fx_misses']}"
         if row["vs_eager_rounds"]:
             mid, low, high = ratio_and_spread(row["vs_eager_rounds"])
@@ -402,6 +417,7 @@ def markdown_table(data: dict[str, Any]) -> str:
                 row["torch"] or row["version"],
                 row["workload"],
                 f"{_secs(row['first_cold_s'])} ({_path(row, 'cold')})",
+                cold_fx,
                 f"{_secs(row['first_fx_s'])} ({fx_cache})",
                 aot,
                 _ms(row["eager_step_s"]),
