@@ -154,6 +154,42 @@ def test_the_create_training_job_request(aws, source_dir, monkeypatch) -> None:
     assert "Environment" not in request or request["Environment"] == {}
 
 
+def test_framework_version_picks_its_image_in_the_callers_registry(
+    aws, source_dir, monkeypatch
+) -> None:
+    server, role = aws
+    monkeypatch.delenv("TRCOMP_IMAGE_URI", raising=False)
+    image = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/trcomp-training:0.1.0-torch2.14.1-gpu"
+    for version in ("2.14", "2.14.1"):
+        assert remote_trainer(role, source_dir, framework_version=version).training_image == image
+    remote_trainer(role, source_dir, framework_version="2.14").train(wait=False, logs=False)
+    request = server.json_requests("CreateTrainingJob")[-1]
+    assert request["AlgorithmSpecification"]["TrainingImage"] == image
+
+
+@pytest.mark.parametrize(
+    ("version", "config", "match"),
+    [
+        (
+            "2.14",
+            TrainingCompilerConfig(backend="xla", xla_engine="torch_xla"),
+            r"framework_version='2.14': .* Pass framework_version='2.9' to keep XLA",
+        ),
+        ("2.13", INDUCTOR, r"framework_version='2.13': trcomp builds no image for torch 2.13"),
+    ],
+)
+def test_a_version_the_job_cannot_run_is_refused_before_any_aws_call(
+    aws, source_dir, version, config, match
+) -> None:
+    server, role = aws
+    before = _settled_count(server)
+    with pytest.raises(UnsupportedJobError, match=match):
+        remote_trainer(role, source_dir, framework_version=version, compiler_config=config)
+    # No request at all: no STS call for the image, no upload of the code.
+    new = server.requests()[before:]
+    assert not new, [(e.get("method"), e.get("path"), e["headers"].get("User-Agent")) for e in new]
+
+
 def test_the_users_image_and_checkpoint_path_are_kept(aws, source_dir, monkeypatch) -> None:
     server, role = aws
     monkeypatch.setenv("TRCOMP_IMAGE_URI", f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/mine:1")

@@ -47,6 +47,50 @@ def test_local_trainer_defaults_to_our_local_image(source_dir, tmp_path, monkeyp
     assert own.training_image == "me/mine:1"
 
 
+@pytest.mark.parametrize(
+    ("version", "tag"),
+    [
+        (None, "trcomp-training:latest"),
+        ("2.9", "trcomp-training:latest"),
+        ("2.14", "trcomp-training:torch2.14.1"),
+        ("2.14.1", "trcomp-training:torch2.14.1"),
+    ],
+)
+def test_framework_version_picks_the_local_tag(source_dir, tmp_path, version, tag) -> None:
+    trainer = local_trainer(source_dir, tmp_path, framework_version=version)
+    assert trainer.training_image == tag
+    assert trainer._create_training_job_args()["algorithm_specification"].training_image == tag
+
+
+def test_an_unknown_framework_version_is_refused_with_what_to_pass(source_dir, tmp_path) -> None:
+    with pytest.raises(UnsupportedJobError) as caught:
+        local_trainer(source_dir, tmp_path, framework_version="2.13")
+    message = str(caught.value)
+    assert "trcomp builds no image for torch 2.13" in message
+    assert "Replace framework_version='2.13' with framework_version='2.9.0'" in message
+    assert "pass training_image= an image of your own" in message
+
+
+def test_xla_on_2_14_is_refused_locally_with_the_replacement(source_dir, tmp_path) -> None:
+    xla = TrainingCompilerConfig(backend="xla", xla_engine="torch_xla")
+    with pytest.raises(UnsupportedJobError, match=r"Pass framework_version='2.9' to keep XLA"):
+        local_trainer(source_dir, tmp_path, framework_version="2.14", compiler_config=xla)
+
+
+def test_with_the_users_image_the_version_is_the_users_business(source_dir, tmp_path) -> None:
+    # As the v2 estimators with image_uri=: neither the version nor XLA on it is checked.
+    xla = TrainingCompilerConfig(backend="xla", xla_engine="torch_xla")
+    for version in ("2.14", "2.13"):
+        trainer = local_trainer(
+            source_dir,
+            tmp_path,
+            training_image="me/mine:xla",
+            framework_version=version,
+            compiler_config=xla,
+        )
+        assert trainer.training_image == "me/mine:xla"
+
+
 def test_the_local_job_runs_the_image_entrypoint_with_the_compiler(source_dir, tmp_path) -> None:
     trainer = local_trainer(
         source_dir,

@@ -133,6 +133,7 @@ def check_versions(
     py_version: str | None,
     *,
     argument: str = "framework_version",
+    image_argument: str = "image_uri",
     note: str = "",
 ) -> ImageVersions:
     """The image for these versions, or :class:`UnsupportedJobError` with the arguments to pass.
@@ -140,7 +141,9 @@ def check_versions(
     ``None`` means "the default". Called only when the job uses trcomp's image: with
     ``image_uri=`` the versions are the user's business. ``argument`` is the estimator
     argument that holds the torch version (``pytorch_version`` for HuggingFace);
-    ``note`` ends the error message (what else the estimator wants said).
+    ``image_argument`` the one that takes the user's own image (``training_image``
+    for ``trcomp.v3.ModelTrainer``); ``note`` ends the error message (what else
+    the estimator wants said).
     The error names every version argument that has no image, each with its
     replacement, so a script written for AWS's images (torch 1.x, py38/py39) is
     fixed in one edit.
@@ -165,7 +168,7 @@ def check_versions(
         f"job would fail to pull its image. Replace {given} with {replacement} (or leave "
         f"{'it' if len(wrong) == 1 else 'them'} out): the job will then run on torch "
         f"{target.torch} with {target.python}, so check your script works with them first; "
-        f"or pass image_uri= an image of your own.{note}"
+        f"or pass {image_argument}= an image of your own.{note}"
     )
 
 

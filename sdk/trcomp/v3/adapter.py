@@ -142,17 +142,20 @@ def job_spec(
     instance_count: int = 1,
     compiler_config: TrainingCompilerConfig | None = None,
     environment: Mapping[str, Any] | None = None,
+    framework_version: str | None = None,
 ) -> JobSpec:
     """The job as the shared compiler checks see it (v3 has no Debugger or Profiler).
 
     ``environment`` is the trainer's ``environment=``: the shared-cache checks look
     there for the signing key and the Redis password (as Secrets Manager references).
+    ``framework_version`` is the trainer's torch version as given (None: the default).
     """
     return JobSpec(
         compiler_config=compiler_config,
         instance_types=instance_types,
         instance_count=instance_count,
         distribution=dict(distribution),
+        framework_version=framework_version,
         image_uri=None if image_is_default else training_image,
         image_is_default=image_is_default,
         environment=dict(environment or {}),

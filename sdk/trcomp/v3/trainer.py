@@ -30,7 +30,7 @@ from trcomp.contract.errors import TrcompError, UnsupportedJobError
 from trcomp.contract.proctree import outer_grace_s
 from trcomp.credentials import check_no_credentials, credential_values
 from trcomp.image.uris import (
-    DEFAULT_FRAMEWORK_VERSION,
+    check_versions,
     device_for_instance,
     local_image_uri,
     remote_image_uri,
@@ -54,15 +54,24 @@ class ModelTrainer(TrainingRequestHook, _V3ModelTrainer):  # type: ignore[misc]
     ``source_code`` must name a ``source_dir`` and an ``entry_script``; the
     script runs under trcomp's entrypoint (under torchrun with
     ``distributed=Torchrun()``), which compiles it as ``compiler_config`` says.
-    ``training_image`` defaults to trcomp's image: ``trcomp-training:latest``
-    (``TRCOMP_LOCAL_IMAGE``) in ``Mode.LOCAL_CONTAINER``, the image in your
-    account's ECR registry (``TRCOMP_IMAGE_URI``) on SageMaker. See docs/v3.md.
+    ``training_image`` defaults to trcomp's image for ``framework_version``:
+    ``trcomp-training:latest`` for the default 2.9 (``trcomp-training:torch2.14.1``
+    for 2.14; ``TRCOMP_LOCAL_IMAGE`` overrides both) in ``Mode.LOCAL_CONTAINER``,
+    the image in your account's ECR registry (``TRCOMP_IMAGE_URI``) on SageMaker.
+    See docs/v3.md.
     """
 
     compiler_config: TrainingCompilerConfig | None = Field(
         default=None,
         description="The training compiler switch; None runs the script eager in trcomp's "
         "image. Checked against compute and distributed when the trainer is built.",
+    )
+    framework_version: str | None = Field(
+        default=None,
+        description="The torch version of trcomp's image: '2.9' (2.9.0: inductor and both "
+        "XLA engines) or '2.14' (2.14.1: inductor only); None is the default, 2.9.0. Picks "
+        "the default training_image; with your own training_image it only describes it, as "
+        "framework_version= with image_uri= does for the v2 estimators.",
     )
 
     _trcomp_image_is_default: bool = PrivateAttr(default=True)
@@ -105,6 +114,12 @@ class ModelTrainer(TrainingRequestHook, _V3ModelTrainer):  # type: ignore[misc]
             kind, smp=bool(getattr(distributed, "smp", None))
         )
         self._trcomp_image_is_default = self.training_image is None
+        # As in v2: with the user's own image the version is the user's business.
+        torch = (
+            check_versions(self.framework_version, None, image_argument="training_image").torch
+            if self._trcomp_image_is_default
+            else None
+        )
         spec = adapter.job_spec(
             instance_types=self._instance_types(),
             distribution=self._trcomp_distribution,
@@ -113,6 +128,7 @@ class ModelTrainer(TrainingRequestHook, _V3ModelTrainer):  # type: ignore[misc]
             instance_count=self._instance_count(),
             compiler_config=self.compiler_config,
             environment=self.environment,
+            framework_version=self.framework_version,
         )
         if self.compiler_config is not None:
             validate_job(self.compiler_config, spec)
@@ -121,8 +137,8 @@ class ModelTrainer(TrainingRequestHook, _V3ModelTrainer):  # type: ignore[misc]
                 "distributed=MPI(...) is not supported by trcomp.v3.ModelTrainer: its entrypoint "
                 "launches one process or torchrun. Use distributed=Torchrun()."
             )
-        if self._trcomp_image_is_default:
-            self._assign(training_image=self._default_image())
+        if torch is not None:
+            self._assign(training_image=self._default_image(torch))
         super().model_post_init(__context)
 
     # -- what the job gets --------------------------------------------------------------
@@ -154,9 +170,10 @@ class ModelTrainer(TrainingRequestHook, _V3ModelTrainer):  # type: ignore[misc]
         count = getattr(compute, "instance_count", None)
         return count if isinstance(count, int) else 1
 
-    def _default_image(self) -> str:
+    def _default_image(self, torch: str) -> str:
+        """trcomp's image for the full torch version ``torch`` (e.g. ``2.14.1``)."""
         if self._is_local():
-            return local_image_uri()
+            return local_image_uri(torch)
         session = TrainDefaults.get_sagemaker_session(self.sagemaker_session)
         self._assign(sagemaker_session=session)
         region = str(session.boto_region_name)
@@ -164,7 +181,7 @@ class ModelTrainer(TrainingRequestHook, _V3ModelTrainer):  # type: ignore[misc]
         account = session.boto_session.client("sts", region_name=region).get_caller_identity()
         types = self._instance_types()
         device = device_for_instance(types[0] if types else None)
-        return remote_image_uri(region, str(account["Account"]), DEFAULT_FRAMEWORK_VERSION, device)
+        return remote_image_uri(region, str(account["Account"]), torch, device)
 
     def _cache_on(self) -> bool:
         config = self.compiler_config
