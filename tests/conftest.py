@@ -3,12 +3,58 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+
+# tests/helpers/cxx/g++: inductor's CPU kernel builds, cached across the session's jobs.
+CXX_WRAPPERS = Path(__file__).resolve().parent / "helpers" / "cxx"
+CXX_CACHE_ENV = "CXX_CACHE_DIR_FOR_TESTS"
+_CXX_CACHE = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Put the kernel-build cache first on PATH for every job the tests start.
+
+    Each test job compiles with its own empty compile cache, so inductor builds
+    the same kernels again and again; the wrapper runs the real g++ once per
+    distinct build in the session (see its docstring for what a build's key holds).
+    ``TRCOMP_TEST_CXX_CACHE=off`` builds everything for real. xdist workers inherit
+    the controller's setting.
+    """
+    if os.environ.get("TRCOMP_TEST_CXX_CACHE") == "off" or CXX_CACHE_ENV in os.environ:
+        return
+    cache = Path(tempfile.mkdtemp(prefix="trcomp-cxx-cache-"))
+    config.stash[_CXX_CACHE] = cache
+    os.environ[CXX_CACHE_ENV] = str(cache)
+    os.environ["PATH"] = f"{CXX_WRAPPERS}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    cache = config.stash.get(_CXX_CACHE, None)
+    log = cache / "builds.log" if cache is not None else None
+    if log is None or not log.exists():
+        return
+    runs = [line.split() for line in log.read_text().splitlines()]
+    built = [float(r[1]) for r in runs if r[0] == "miss" and len(r) > 1]
+    reused = [float(r[1]) for r in runs if r[0] == "hit" and len(r) > 1]
+    terminalreporter.write_line(
+        f"C++ kernel builds (tests/helpers/cxx): {len(built)} run by g++ "
+        f"({sum(built):.0f} s), {len(reused)} reused (their builds took {sum(reused):.0f} s)"
+    )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    cache = config.stash.get(_CXX_CACHE, None)
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
+
 
 ROLE = "arn:aws:iam::111122223333:role/SageMakerRole"
 REGION = "eu-west-1"
