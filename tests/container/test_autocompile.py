@@ -200,7 +200,9 @@ def test_ddp_under_torchrun_compiles_the_wrapped_model_and_the_ranks_agree(run):
     decisions = [rank["speedup"]["decision"] for rank in summary["ranks"]]
     # One decision for the job: the ranks agreed on the slowest rank's numbers.
     assert decisions[0] == decisions[1] and decisions[0]["source"] == "measured"
-    assert close(losses(job), losses(run("ddp", OFF, sagemaker_torch_distributed_enabled=True)))
+    # Both ranks train on the same seeded batches: DDP's averaged gradient is one process's,
+    # so eager's losses are the plain case's (no eager torchrun job needed for them).
+    assert close(losses(job), losses(run("plain", OFF)))
 
 
 def test_the_decision_is_stored_and_read_back_by_the_next_job_of_the_lineage(tmp_path, graph_cache):

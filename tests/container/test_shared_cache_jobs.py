@@ -1,17 +1,19 @@
 """Done-when of the shared compile cache, with real jobs through the real entrypoint.
 
-For each store (a shared directory, S3 through a moto server, a real
-redis-server, one with a password and TLS) a first job fills the shared cache
-and a second job, with another job name and another checkpoint location,
-reads it. Then: four jobs at once on an empty cache, a bucket of another
-account, a store that hangs, a malformed read limit, the jax engine, and
-dynamo's profile-guided dynamic shapes kept across jobs.
+For S3 through a moto server and a real redis-server with a password and TLS,
+a first job fills the shared cache and a second job, with another job name and
+another checkpoint location, reads it; the shared directory does the same in
+the four-jobs, jax and dynamic-shape jobs. Then: four jobs at once on an empty
+cache, a damaged entry, a bucket of another account, a store that hangs, a
+malformed read limit, the jax engine, and dynamo's profile-guided dynamic
+shapes kept across jobs.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import shutil
 
 import pytest
@@ -82,7 +84,12 @@ def _config(uri: str, **fields) -> TrainingCompilerConfig:
     return TrainingCompilerConfig(backend="inductor", shared_cache=uri, **fields)
 
 
-@pytest.mark.parametrize("kind", ["file", "s3", "redis", "rediss"])
+# Two stores as whole jobs; what differs for the other two is the store layer, checked
+# in process against the same real store: a directory by
+# test_shared_cache.py::test_an_entry_round_trips_and_only_new_or_changed_files_are_written_again
+# (and as jobs below: four at once, dynamic shapes, jax), plain redis:// by
+# test_shared_cache_stalls.py::test_a_local_jobs_plain_redis_turns_inductors_remote_caches_on.
+@pytest.mark.parametrize("kind", ["s3", "rediss"])
 def test_a_second_job_elsewhere_compiles_nothing_from_the_shared_cache(
     kind, services, tmp_path, record_property
 ):
@@ -134,7 +141,21 @@ def test_four_jobs_at_once_on_an_empty_shared_cache_all_succeed(services, tmp_pa
 def test_a_damaged_entry_is_skipped_and_the_job_compiles_cold(services, tmp_path):
     uri = f"file://{tmp_path / 'damaged'}"
     config = _config(uri)
-    _job(tmp_path, "writer", config)
+    # The entry is written by the job's own writer, in this process: what it holds is not
+    # read (it is damaged), and jobs writing real entries are the tests above.
+    live = tmp_path / "writer" / "live"
+    (live / "inductor" / "fxgraph").mkdir(parents=True)
+    (live / "inductor" / "fxgraph" / "graph").write_bytes(os.urandom(64 << 10))
+    writer = open_shared_cache(
+        uri,
+        compat=compat_set(engine="inductor", gpu_listing=None),
+        engine="inductor",
+        live=live,
+        environ={},
+        remote_job=False,
+        timeout_s=TIMEOUT_S,
+    )
+    assert writer.finish(live, succeeded=True)["files_written"] == 1
     (entry,) = (p for p in (tmp_path / "damaged").rglob("*.tar.gz"))
     entry.write_bytes(entry.read_bytes()[: entry.stat().st_size // 2])
     run = _job(tmp_path, "reader", config)
@@ -179,17 +200,18 @@ def test_a_malformed_read_limit_fails_the_job_with_the_config_error(services, tm
     assert not (tmp_path / "model" / "loss.json").exists()  # the script never ran
 
 
-@pytest.mark.parametrize("kind", ["file", "s3"])
-def test_the_jax_engine_reads_its_programs_from_the_shared_cache(kind, services, tmp_path):
+def test_the_jax_engine_reads_its_programs_from_the_shared_cache(services, tmp_path):
+    # A shared directory only: S3 moves the same entries (the S3 job above; in process,
+    # test_s3_entries_carry_the_expected_bucket_owner_and_a_foreign_bucket_is_refused).
     config = TrainingCompilerConfig(
         backend="xla",
         xla_engine="jax",
-        shared_cache=_uri(kind, services) + "-jax",
+        shared_cache=_uri("file", services) + "-jax",
         shared_cache_timeout_s=TIMEOUT_S,
     )
     pytest.importorskip("torchax")
-    cold = _job(tmp_path, f"jax-first-{kind}", config, entry_point="jax_loop.py")
-    warm = _job(tmp_path, f"jax-second-{kind}", config, entry_point="jax_loop.py")
+    cold = _job(tmp_path, "jax-first", config, entry_point="jax_loop.py")
+    warm = _job(tmp_path, "jax-second", config, entry_point="jax_loop.py")
     assert cold.summary["ranks"][0]["jax"]["programs_from_cache"] == 0
     assert warm.summary["ranks"][0]["jax"]["programs_from_cache"] == 2
     assert warm.summary["cache_warm"] is True

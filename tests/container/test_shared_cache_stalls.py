@@ -145,6 +145,28 @@ def test_a_remote_job_reads_a_tls_redis_with_the_password_from_its_environment(t
     assert _open(tls_redis.url, tmp_path / "b", environ=environ, timeout_s=30).warm is True
 
 
+def test_a_local_jobs_plain_redis_turns_inductors_remote_caches_on(tmp_path):
+    # What the redis:// job in test_shared_cache_jobs.py checked before it kept only the
+    # rediss:// job: the same open_redis and inductor backend, without TLS or password.
+    with redis_server(tmp_path) as server:
+        cache = _open(server.url, tmp_path / "live", timeout_s=30)
+        assert cache.facts["remote_cache"] is True, cache.warnings
+        assert cache.facts["kind"] == "redis" and cache.warm is False  # nothing stored yet
+        url = cache.environment["TORCHINDUCTOR_REDIS_URL"]
+        assert url.startswith("redis://") and "socket_timeout=" in url
+
+        from torch._inductor.remote_cache import RedisRemoteCacheBackend
+
+        os.environ["TORCHINDUCTOR_REDIS_URL"] = url
+        try:
+            backend = RedisRemoteCacheBackend("trcomp-test")
+            backend.put("pt2:trcomp-test", b"compiled")
+            assert backend.get("pt2:trcomp-test") == b"compiled"
+        finally:
+            del os.environ["TORCHINDUCTOR_REDIS_URL"]
+        assert _open(server.url, tmp_path / "b", timeout_s=30).warm is True
+
+
 def test_a_wrong_redis_password_leaves_the_remote_caches_off(tls_redis, tmp_path):
     environ = {"TRCOMP_REDIS_PASSWORD": "wrong", "TRCOMP_REDIS_CA_CERTS": tls_redis.ca_certs}
     cache = _open(tls_redis.url, tmp_path / "live", environ=environ, timeout_s=30)
