@@ -53,7 +53,7 @@ def test_bench_a_user_model_eager_against_inductor_cold_warm_and_shared(
     out = tmp_path / "out"
     code = cli.main([
         "--model", f"{HERE / 'my_model.py'}:make", "--backends", "eager,inductor",
-        "--batch-size", "4", "--steps", "5", "--warmup", "2", "--repeats", "1",
+        "--batch-size", "4", "--steps", "3", "--warmup", "1", "--repeats", "1",
         "--json", str(out / "rows.json"), "--markdown", str(out / "rows.md"),
         "--png", str(out / "rows.png"), "--no-progress",
     ])  # fmt: skip
