@@ -27,8 +27,13 @@ from typing import Any
 __all__ = ["main", "measure"]
 
 
-def measure(workload: str, size: str, batch_size: int, steps: int) -> dict[str, Any]:
-    """Median step times (s) of the three copies after 3 warm-up steps each, and the blocks."""
+def measure(
+    workload: str, size: str, batch_size: int, steps: int, warmup: int = 3
+) -> dict[str, Any]:
+    """Median step times (s) of the three copies after ``warmup`` steps each, and the blocks.
+
+    The first warm-up step compiles; at least one is taken.
+    """
     import torch
     from accelerate.utils import compile_regions
 
@@ -61,12 +66,13 @@ def measure(workload: str, size: str, batch_size: int, steps: int) -> dict[str, 
         optimizer.zero_grad()
         return time.perf_counter() - start
 
-    for number in range(3):
+    warmup = max(warmup, 1)
+    for number in range(warmup):
         for name in runs:
             step(name, number)
     blocks = call.describe() or f"none ({call.unmarked})"
     times: dict[str, list[float]] = {name: [] for name in runs}
-    for number in range(3, 3 + steps):
+    for number in range(warmup, warmup + steps):
         order = list(runs) if number % 2 else list(reversed(runs))
         for name in order:
             times[name].append(step(name, number))
@@ -80,10 +86,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--size", default="small", choices=("tiny", "small"))
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument(
+        "--warmup", type=int, default=3, help="untimed steps each, compile included: %(default)s"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--source", default="", help="how and where it ran, for the table")
     args = parser.parse_args(None if argv is None else list(argv))
-    got = measure(args.workload, args.size, args.batch_size, args.steps)
+    got = measure(args.workload, args.size, args.batch_size, args.steps, args.warmup)
     whole = got["whole_s"]
     row = [
         args.workload, got["blocks"], str(args.steps), f"{got['regional_s'] * 1e3:.1f}",

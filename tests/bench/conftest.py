@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -17,12 +17,31 @@ _COMPILER_VARS = (
 )
 
 
+# One intra-op thread in every process a test starts (the tests that build a child's
+# environment themselves set it there too): on a loaded 2-core CI machine two
+# threads per process wait on each other at every op (an eager step of a tiny
+# model took 0.3 s instead of 1 ms). No test here is about threading.
+ONE_THREAD = ("OMP_NUM_THREADS", "1")
+
+
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """No compiler variables inherited from the developer's shell."""
+    """No compiler variables inherited from the developer's shell; one thread per child."""
     for name in _COMPILER_VARS:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(*ONE_THREAD)
     return monkeypatch
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """torch in this process on one intra-op thread (see ONE_THREAD), as it was after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _fake_result(losses: list[float], first: float = 1.0, step: float = 0.01) -> dict[str, Any]:

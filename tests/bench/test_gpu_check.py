@@ -84,6 +84,7 @@ def test_a_run_over_its_cap_is_stopped() -> None:
 @pytest.mark.slow
 def test_gpu_check_dry_run_passes_on_cpu(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRCOMP_", "MAKE"))}
+    env["OMP_NUM_THREADS"] = "1"  # one intra-op thread per child: see conftest.ONE_THREAD
     proc = subprocess.run(
         ["make", "-s", "gpu-check", f"GPU_PY={sys.executable}",
          f"GPU_CHECK_OUT={tmp_path}", "GPU_CHECK_ARGS=--dry-run --steps 3"],
