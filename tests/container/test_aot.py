@@ -161,3 +161,28 @@ def test_aot_off_says_why(tmp_path: Path, script: Path) -> None:
         assert module["aot"]["path"] == "off"
         assert "has no aot_compile" in module["aot"]["reason"]
     assert not (tmp_path / "cache" / "aot").exists()
+
+
+@pytest.mark.skipif(not HAS_AOT, reason=f"torch {torch.__version__} has no aot_compile")
+def test_a_failed_attempt_is_not_made_again_until_the_model_changes(
+    tmp_path: Path, script: Path
+) -> None:
+    """A graph break makes aot_compile fail: the next job of the lineage does not try
+    (each attempt traces and compiles first); an edited model is tried again."""
+    cache = tmp_path / "cache"
+    script.write_text(
+        SCRIPT.replace(
+            "        return self.b(", "        torch._dynamo.graph_break()\n        return self.b("
+        )
+    )
+    first = aot_of(run(tmp_path / "first", cache, TrainingCompilerConfig(), script)["record"])
+    assert first["path"] == "off" and "failed" in first["reason"], first
+    assert len(list((cache / "aot").glob("*.failed.json"))) == 1
+    second = aot_of(run(tmp_path / "second", cache, TrainingCompilerConfig(), script)["record"])
+    assert second["path"] == "off", second
+    assert second["reason"].startswith("an earlier job's ahead-of-time compile"), second
+    assert second["seconds"] == 0.0
+
+    script.write_text(script.read_text().replace(") * SCALE", ") * SCALE * 1.0"))
+    edited = aot_of(run(tmp_path / "edited", cache, TrainingCompilerConfig(), script)["record"])
+    assert edited["path"] == "off" and not edited["reason"].startswith("an earlier job"), edited

@@ -287,17 +287,25 @@ class AotCall:
             if loaded is not None:
                 self._fn, state.path = loaded, "loaded"
             else:
+                failed = self._failed_before(key)
+                if failed is not None:
+                    state.path, state.reason = "off", failed
+                    return
                 started = time.perf_counter()
                 self._fn = self._compile(args, kwargs)
                 state.path = "compiled"
                 state.reason = self._save(key)
                 if state.reason is None:
                     state.path = "saved"
+                else:
+                    self._remember_failure(key, state.reason)
             state.seconds = time.perf_counter() - started
         except Exception as exc:
             self._fn = None
             state.path = "off"
             state.reason = _short(f"ahead-of-time compile failed, normal path: {exc}", exc)
+            if state.key is not None:
+                self._remember_failure(state.key, state.reason)
             return
         if self._on_ready is not None:
             self._on_ready()
@@ -327,6 +335,43 @@ class AotCall:
         except Exception as exc:
             self.state.stale.append(_short("could not be loaded", exc))
             return None
+
+    # -- a failed attempt is not made again by the next jobs -------------------------
+
+    def _class_sources(self) -> list[str]:
+        """A digest of the source file of every module class in the model."""
+        files = set()
+        for sub in self._module.modules():
+            try:
+                files.add(inspect.getsourcefile(type(sub)) or "")
+            except TypeError:
+                continue
+        return sorted(f"{name}:{_file_digest(name)}" for name in files if name)
+
+    def _failed_before(self, key: str) -> str | None:
+        """The reason an earlier job's attempt for ``key`` failed, if the model's code is
+        the same; else None (try)."""
+        marker = self._directory / f"{key}.failed.json"
+        try:
+            failed = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(failed, dict) or failed.get("classes") != self._class_sources():
+            return None
+        return (
+            "an earlier job's ahead-of-time compile of this model failed, not tried again "
+            f"until its code changes (normal path): {failed.get('reason')}"
+        )[:_REASON_CHARS]
+
+    def _remember_failure(self, key: str, reason: str) -> None:
+        marker = self._directory / f"{key}.failed.json"
+        partial = marker.with_name(marker.name + ".partial")
+        try:
+            self._directory.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps({"reason": reason, "classes": self._class_sources()}))
+            os.replace(partial, marker)
+        except OSError:
+            partial.unlink(missing_ok=True)
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         options = {**self._compile_kwargs, "fullgraph": True}
@@ -387,6 +432,13 @@ def _once_logs_ignored(torch: Any) -> Iterator[None]:
         return
     with config.patch(ignore_logging_functions={*config.ignore_logging_functions, *methods}):
         yield
+
+
+def _file_digest(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError:
+        return None
 
 
 def _short(prefix: str, exc: BaseException) -> str:
