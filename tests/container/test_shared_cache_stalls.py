@@ -118,6 +118,20 @@ def test_a_redis_that_refuses_connections_leaves_the_remote_caches_off(tmp_path)
     assert "ConnectionError" in cache.warnings[0]
 
 
+def _round_trip_through_inductors_backend(url: str) -> None:
+    """Inductor's own Redis backend (what the user's process builds) stores and reads
+    an entry through ``url``."""
+    from torch._inductor.remote_cache import RedisRemoteCacheBackend
+
+    os.environ["TORCHINDUCTOR_REDIS_URL"] = url
+    try:
+        backend = RedisRemoteCacheBackend("trcomp-test")
+        backend.put("pt2:trcomp-test", b"compiled")
+        assert backend.get("pt2:trcomp-test") == b"compiled"
+    finally:
+        del os.environ["TORCHINDUCTOR_REDIS_URL"]
+
+
 @pytest.fixture(scope="module")
 def tls_redis(tmp_path_factory) -> Iterator:
     with redis_server(tmp_path_factory.mktemp("redis"), password=PASSWORD, tls=True) as server:
@@ -132,16 +146,7 @@ def test_a_remote_job_reads_a_tls_redis_with_the_password_from_its_environment(t
     assert url.startswith("rediss://") and "socket_timeout=" in url
     assert PASSWORD not in str(cache.facts) and PASSWORD not in cache.location.shown
 
-    # Inductor's own Redis backend (what the user's process builds) works with that URL.
-    from torch._inductor.remote_cache import RedisRemoteCacheBackend
-
-    os.environ["TORCHINDUCTOR_REDIS_URL"] = url
-    try:
-        backend = RedisRemoteCacheBackend("trcomp-test")
-        backend.put("pt2:trcomp-test", b"compiled")
-        assert backend.get("pt2:trcomp-test") == b"compiled"
-    finally:
-        del os.environ["TORCHINDUCTOR_REDIS_URL"]
+    _round_trip_through_inductors_backend(url)
     assert _open(tls_redis.url, tmp_path / "b", environ=environ, timeout_s=30).warm is True
 
 
@@ -154,16 +159,7 @@ def test_a_local_jobs_plain_redis_turns_inductors_remote_caches_on(tmp_path):
         assert cache.facts["kind"] == "redis" and cache.warm is False  # nothing stored yet
         url = cache.environment["TORCHINDUCTOR_REDIS_URL"]
         assert url.startswith("redis://") and "socket_timeout=" in url
-
-        from torch._inductor.remote_cache import RedisRemoteCacheBackend
-
-        os.environ["TORCHINDUCTOR_REDIS_URL"] = url
-        try:
-            backend = RedisRemoteCacheBackend("trcomp-test")
-            backend.put("pt2:trcomp-test", b"compiled")
-            assert backend.get("pt2:trcomp-test") == b"compiled"
-        finally:
-            del os.environ["TORCHINDUCTOR_REDIS_URL"]
+        _round_trip_through_inductors_backend(url)
         assert _open(server.url, tmp_path / "b", timeout_s=30).warm is True
 
 
