@@ -79,6 +79,7 @@ test: install
 # The SDK, the Docker and the XLA-engine tests do not depend on the user's torch, or
 # need torch-xla/torchax, which stop at 2.9: `make test` runs them.
 TESTS_214_PINS := tests/container/test_autocompile.py tests/container/test_autocompile_policy.py \
+	tests/container/test_aot_guards.py \
 	tests/container/test_hook.py tests/container/test_speedup.py \
 	tests/container/test_stepclock.py tests/container/test_runtime.py \
 	tests/container/test_compile_kwargs.py tests/container/test_probe.py \

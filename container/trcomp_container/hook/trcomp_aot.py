@@ -43,6 +43,7 @@ import os
 import platform
 import sys
 import time
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +57,9 @@ __all__ = [
     "AotState",
     "artifact_key",
     "has_aot_compile",
+    "saved_guards",
     "unsupported_reason",
+    "with_guard_filter",
 ]
 
 AOT_DIR = "aot"
@@ -374,7 +377,7 @@ class AotCall:
             partial.unlink(missing_ok=True)
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        options = {**self._compile_kwargs, "fullgraph": True}
+        options = with_guard_filter(self._torch, {**self._compile_kwargs, "fullgraph": True})
         compiled = self._torch.compile(_call_forward, **options)
         with _once_logs_ignored(self._torch):
             fn = compiled.aot_compile(((self._module, *args), kwargs))
@@ -400,6 +403,53 @@ class AotCall:
             partial.unlink(missing_ok=True)
             return _short("compiled ahead of time but not saved", exc)
         return None
+
+
+def with_guard_filter(torch: Any, compile_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``compile_kwargs`` with :func:`saved_guards` as the guard filter of the artifact.
+
+    torch.compile takes a guard filter only in ``options``, and refuses ``mode`` beside
+    ``options``: a mode becomes the inductor options it stands for, as torch.compile
+    does with it (``torch._inductor.list_mode_options``).
+    """
+    kwargs = dict(compile_kwargs)
+    mode = kwargs.pop("mode", None)
+    options = dict(torch._inductor.list_mode_options(mode, kwargs.get("dynamic"))) if mode else {}
+    kwargs["options"] = {**options, "guard_filter_fn": saved_guards(torch)}
+    return kwargs
+
+
+def saved_guards(torch: Any) -> Callable[[Any], list[bool]]:
+    """The guard filter of an artifact: torch's own for ``aot_compile``, and code identity.
+
+    torch's default for ``aot_compile`` keeps every guard but global ones and those of
+    the kinds it cannot serialize. It fails where such a kind hides under another
+    guard: a decorator whose wrapper reads the wrapped function's code (transformers'
+    ``merge_with_config_defaults`` on every ``PreTrainedModel.forward`` it decorates:
+    GPT-2 on 2.14) gets a constant guard on that code object, checked by identity,
+    which no other process could pass. Such guards are left out too. What they
+    protect, that the code traced is the code run, the artifact checks itself:
+    its ``.json`` holds a digest of every source range dynamo traced, the wrapped
+    function's included, compared before the artifact is loaded.
+    """
+    manager = importlib.import_module("torch._dynamo.guards").CheckFunctionManager
+    unsupported = set(manager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES)
+
+    def keep(entries: Any) -> list[bool]:
+        return [
+            not (
+                entry.is_global
+                or entry.guard_type in unsupported
+                or (
+                    entry.has_value
+                    and isinstance(entry.value, types.CodeType)
+                    and unsupported.intersection(entry.derived_guard_types)
+                )
+            )
+            for entry in entries
+        ]
+
+    return keep
 
 
 def once_logging_methods() -> list[Callable[..., Any]]:
