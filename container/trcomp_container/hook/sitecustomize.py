@@ -317,8 +317,9 @@ def _dump() -> None:
             _state.recompiles,
         )
         body["compile"]["aot"] = aot
-        if aot:  # a loaded artifact runs a compiled graph dynamo never counted
-            body["compile"]["graphs"] += aot["loaded"]
+        if aot:  # a loaded artifact runs a compiled graph dynamo never counted; a
+            # failed attempt's graph, which dynamo counted, never runs
+            body["compile"]["graphs"] += aot["loaded"] - aot["discarded_graphs"]
         body["xla"] = trcomp_reports.xla_report(
             _state.xla_compiles_at_step3, _state.xla_compiles_at_last_step
         )

@@ -220,6 +220,8 @@ class AotState:
     other_calls: int = 0
     """Calls the artifact's guards refused, run by the normal compiled path."""
     stale: list[str] = field(default_factory=list)
+    discarded_graphs: int = 0
+    """Graphs dynamo counted for an attempt that failed: none of them runs."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -230,6 +232,7 @@ class AotState:
             "calls": self.calls,
             "other_calls": self.other_calls,
             "stale": list(self.stale),
+            "discarded_graphs": self.discarded_graphs,
         }
 
 
@@ -280,6 +283,7 @@ class AotCall:
 
     def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         state = self.state
+        graphs = _unique_graphs()
         try:
             key = artifact_key(
                 self._torch, self._module, args, kwargs, self._compile_kwargs, self._trcomp_version
@@ -305,6 +309,7 @@ class AotCall:
             state.seconds = time.perf_counter() - started
         except Exception as exc:
             self._fn = None
+            state.discarded_graphs = max(0, _unique_graphs() - graphs)
             state.path = "off"
             state.reason = _short(f"ahead-of-time compile failed, normal path: {exc}", exc)
             if state.key is not None:
@@ -482,6 +487,14 @@ def _once_logs_ignored(torch: Any) -> Iterator[None]:
         return
     with config.patch(ignore_logging_functions={*config.ignore_logging_functions, *methods}):
         yield
+
+
+def _unique_graphs() -> int:
+    """Graphs dynamo has counted in this process (it counts a graph before the backend
+    compiles it, so an attempt whose compile failed counts too)."""
+    if "torch._dynamo" not in sys.modules:
+        return 0
+    return int(importlib.import_module("torch._dynamo.utils").counters["stats"]["unique_graphs"])
 
 
 def _file_digest(path: str) -> str | None:

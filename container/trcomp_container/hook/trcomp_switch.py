@@ -241,6 +241,7 @@ class Switch:
             "seconds": sum(state.seconds for state in states),
             "loaded": paths.count("loaded"),
             "saved": paths.count("saved"),
+            "discarded_graphs": sum(state.discarded_graphs for state in states),
         }
 
     # -- report -----------------------------------------------------------------
