@@ -9,7 +9,9 @@ it). ``aot_eager`` keeps these tests to seconds; the real jobs are in test_aot.p
 
 from __future__ import annotations
 
+import collections
 import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +95,75 @@ def test_a_mode_becomes_its_options_beside_the_filter() -> None:
 
     plain = aot.with_guard_filter(torch, {"backend": "inductor"})
     assert set(plain["options"]) == {"guard_filter_fn"}
+
+
+@needs_aot
+def test_a_failed_attempt_leaves_its_graph_uncounted(tmp_path: Path) -> None:
+    """dynamo counts a graph before the backend compiles it: the job's graph count must
+    not include one that failed (the summary said "1 graph" for a model that ran eager)."""
+
+    def broken(graph: Any, example_inputs: Any) -> Any:
+        raise RuntimeError("this backend does not compile")
+
+    model, x = torch.nn.Linear(4, 2), torch.randn(3, 4)
+    call = aot.AotCall(
+        torch,
+        model,
+        model.forward,  # the normal path: eager here, so it counts no graph
+        compile_kwargs={"backend": broken},
+        directory=tmp_path / "aot",
+        trcomp_version="test",
+    )
+    before = aot._unique_graphs()
+    assert torch.equal(call(x), model(x))
+    assert call.state.path == "off"
+    assert "this backend does not compile" in (call.state.reason or "")
+    assert call.state.discarded_graphs == aot._unique_graphs() - before == 1
+    assert len(list((tmp_path / "aot").glob("*.failed.json"))) == 1
+
+
+class ReturnsOrderedDict(torch.nn.Module):
+    """Returns what transformers' models return (``ModelOutput`` is an ``OrderedDict``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 2)
+
+    def forward(self, x: Any) -> Any:
+        return collections.OrderedDict(y=self.a(x))
+
+
+@needs_aot
+def test_an_artifact_whose_code_reads_a_module_loads_in_a_new_process(tmp_path: Path) -> None:
+    """dynamo's code for the output reads ``collections`` through a global it adds to the
+    traced function's scope (``___module_collections_<id>_c<n>``). A new process lacks it,
+    and torch refused GPT-2's artifact there: every job compiled and saved it again."""
+    model, x = ReturnsOrderedDict(), torch.randn(3, 4)
+
+    def call() -> Any:
+        return aot.AotCall(
+            torch,
+            model,
+            model.forward,
+            compile_kwargs={"backend": "aot_eager"},
+            directory=tmp_path,
+            trcomp_version="test",
+        )
+
+    scope = aot._call_forward.__globals__
+    before = set(scope)
+    first = call()
+    first(x)
+    assert first.state.path == "saved", first.state
+    added = [name for name in set(scope) - before if name.startswith("___module_")]
+    assert added, "dynamo no longer adds module globals: the workaround can go"
+    meta = json.loads((tmp_path / f"{first.state.key}.json").read_text())
+    assert {meta["modules"][name] for name in added} == {"collections"}
+
+    for name in added:  # as in a new process
+        del scope[name]
+    second = call()
+    out = second(x)
+    assert second.state.path == "loaded", second.state
+    assert second.state.calls == 1
+    assert torch.equal(out["y"], model(x)["y"])

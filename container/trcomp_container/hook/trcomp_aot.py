@@ -264,6 +264,8 @@ class AotCall:
         self._trcomp_version = trcomp_version
         self._on_ready = on_ready
         self._fn: Any = None
+        self._installed: dict[str, Any] = {}
+        """The globals dynamo put in this module's scope while compiling ahead of time."""
         self._first = True
         self.state = AotState()
 
@@ -331,10 +333,7 @@ class AotCall:
             if stale is not None:
                 self.state.stale.append(stale)
                 return None
-            with artifact.open("rb") as handle:
-                fn = self._torch.compiler.load_compiled_function(
-                    handle, f_globals=_call_forward.__globals__
-                )
+            fn = _load_artifact(self._torch, artifact, _with_modules(meta.get("modules") or {}))
             fn.disable_guard_check()  # checked before each call, in __call__
             if not fn.guard_check(self._module, *args, **kwargs):
                 self.state.stale.append("its guards refused this call")
@@ -384,8 +383,11 @@ class AotCall:
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         options = with_guard_filter(self._torch, {**self._compile_kwargs, "fullgraph": True})
         compiled = self._torch.compile(_call_forward, **options)
+        scope = _call_forward.__globals__
+        before = set(scope)
         with _once_logs_ignored(self._torch):
             fn = compiled.aot_compile(((self._module, *args), kwargs))
+        self._installed = {name: scope[name] for name in set(scope) - before}
         fn.disable_guard_check()
         return fn
 
@@ -397,9 +399,22 @@ class AotCall:
             sources = _sources(self._fn)
             if any(digest is None for *_, digest in sources):
                 return "a traced source could not be read back, so staleness could not be checked"
+            modules = {
+                name: value.__name__
+                for name, value in self._installed.items()
+                if isinstance(value, types.ModuleType)
+            }
             self._directory.mkdir(parents=True, exist_ok=True)
             self._fn.save_compiled_function(str(partial))
-            meta = {"key": key, "sources": sources, "torch": self._torch.__version__}
+            # Loaded as the next job would load it: without the globals this process got.
+            fresh = {k: v for k, v in _call_forward.__globals__.items() if k not in self._installed}
+            _load_artifact(self._torch, partial, {**fresh, **_imported(modules)})
+            meta = {
+                "key": key,
+                "sources": sources,
+                "modules": modules,
+                "torch": self._torch.__version__,
+            }
             meta_partial = meta_path.with_name(meta_path.name + ".partial")
             meta_partial.write_text(json.dumps(meta, indent=1))
             os.replace(partial, artifact)
@@ -487,6 +502,37 @@ def _once_logs_ignored(torch: Any) -> Iterator[None]:
         return
     with config.patch(ignore_logging_functions={*config.ignore_logging_functions, *methods}):
         yield
+
+
+def _load_artifact(torch: Any, path: Path, scope: dict[str, Any]) -> Any:
+    """The compiled function saved at ``path``; ``scope``: the globals its code runs with."""
+    with path.open("rb") as handle:
+        return torch.compiler.load_compiled_function(handle, f_globals=scope)
+
+
+def _imported(modules: dict[str, str]) -> dict[str, Any]:
+    """``modules`` imported; one that does not import is left out (if the artifact's code
+    needs it, torch refuses the artifact, and the reason is recorded)."""
+    found = {}
+    for name, module in modules.items():
+        with contextlib.suppress(Exception):
+            found[name] = importlib.import_module(module)
+    return found
+
+
+def _with_modules(modules: dict[str, str]) -> dict[str, Any]:
+    """This module's globals, with the modules the artifact's code reads by global name.
+
+    dynamo's generated code reads a module that is not a global of the traced function
+    (GPT-2's output, an ``OrderedDict``, needs ``collections``) through a global it adds
+    to the function's scope, ``___module_<name>_<id>_c<n>``; a new process lacks it, and
+    ``load_compiled_function`` refuses the artifact. The saving job records each such
+    name with its module's import name; the loading job puts them back, as dynamo did.
+    """
+    scope = _call_forward.__globals__
+    for name, module in _imported(modules).items():
+        scope.setdefault(name, module)
+    return scope
 
 
 def _unique_graphs() -> int:
