@@ -167,3 +167,33 @@ def test_an_artifact_whose_code_reads_a_module_loads_in_a_new_process(tmp_path: 
     assert second.state.path == "loaded", second.state
     assert second.state.calls == 1
     assert torch.equal(out["y"], model(x)["y"])
+
+
+@needs_aot
+def test_an_artifact_compiled_while_gradients_are_held_loads(tmp_path: Path) -> None:
+    """Gradients in place at the first compiled call (``zero_grad()`` after the forward,
+    or accumulation): torch 2.14 saved each ``.grad`` as a placeholder that no process
+    could load. They are set aside while saving, and are the same after."""
+    model, x = torch.nn.Linear(4, 2), torch.randn(3, 4)
+    model(x).sum().backward()
+    grads = [param.grad.clone() for param in model.parameters()]
+
+    def call() -> Any:
+        return aot.AotCall(
+            torch,
+            model,
+            model.forward,
+            compile_kwargs={"backend": "aot_eager"},
+            directory=tmp_path,
+            trcomp_version="test",
+        )
+
+    first = call()
+    first(x).sum().backward()
+    assert first.state.path == "saved", first.state
+    for param, grad in zip(model.parameters(), grads, strict=True):
+        assert torch.equal(param.grad, 2 * grad)  # held, then accumulated into
+
+    second = call()
+    assert torch.equal(second(x), model(x))
+    assert second.state.path == "loaded", second.state

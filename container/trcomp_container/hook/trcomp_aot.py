@@ -385,7 +385,7 @@ class AotCall:
         compiled = self._torch.compile(_call_forward, **options)
         scope = _call_forward.__globals__
         before = set(scope)
-        with _once_logs_ignored(self._torch):
+        with _once_logs_ignored(self._torch), _grads_set_aside(self._module):
             fn = compiled.aot_compile(((self._module, *args), kwargs))
         self._installed = {name: scope[name] for name in set(scope) - before}
         fn.disable_guard_check()
@@ -502,6 +502,28 @@ def _once_logs_ignored(torch: Any) -> Iterator[None]:
         return
     with config.patch(ignore_logging_functions={*config.ignore_logging_functions, *methods}):
         yield
+
+
+@contextlib.contextmanager
+def _grads_set_aside(module: Any) -> Iterator[None]:
+    """While ``aot_compile`` traces: the module's parameters hold no ``.grad``.
+
+    torch 2.14 pickles the tensors its guards look at, with their ``.grad``, when
+    it builds the guards; a ``.grad`` outside the guards becomes a placeholder that
+    the loading process refuses ("assigned grad expected to be a Tensor or None").
+    A script that calls ``zero_grad()`` after its forward, or accumulates
+    gradients, makes its first compiled call with gradients in place. A forward
+    does not read ``.grad`` and the guards do not check it; the gradients are put
+    back before the call runs.
+    """
+    held = [(param, param.grad) for param in module.parameters() if param.grad is not None]
+    for param, _ in held:
+        param.grad = None
+    try:
+        yield
+    finally:
+        for param, grad in held:
+            param.grad = grad
 
 
 def _load_artifact(torch: Any, path: Path, scope: dict[str, Any]) -> Any:
