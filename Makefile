@@ -88,11 +88,14 @@ TESTS_214_JOBS := tests/container/test_no_harm.py tests/container/test_aot.py \
 	tests/container/test_corpus.py
 PINS_214_MARKS ?= not slow
 CORPUS_214 ?= mlp_loop.py,lora_adapters.py,checkpoint_blocks.py
+# Both parts run even when the first fails (the target fails if either did).
 test-214: $(VENV_214)/.installed
+	status=0; \
 	$(PY_214) -m pytest -n $(TEST_WORKERS) --dist worksteal $(TESTS_214_PINS) \
-		$(if $(PINS_214_MARKS),-m "$(PINS_214_MARKS)")
+		$(if $(PINS_214_MARKS),-m "$(PINS_214_MARKS)") || status=$$?; \
 	TRCOMP_CORPUS_SCRIPTS=$(CORPUS_214) $(PY_214) -m pytest -n $(TEST_WORKERS) \
-		--dist worksteal $(TESTS_214_JOBS)
+		--dist worksteal $(TESTS_214_JOBS) || status=$$?; \
+	exit $$status
 
 # The quick loop while editing: `make test` without the tests marked slow (real
 # training subprocesses, real compiles, a moto server each) and without Docker.
