@@ -97,6 +97,18 @@ def test_a_mode_becomes_its_options_beside_the_filter() -> None:
     assert set(plain["options"]) == {"guard_filter_fn"}
 
 
+def aot_call(model: Any, directory: Path, backend: Any = "aot_eager") -> Any:
+    """The hook's compiled call of ``model``; its normal path is eager here (no graphs)."""
+    return aot.AotCall(
+        torch,
+        model,
+        model.forward,
+        compile_kwargs={"backend": backend},
+        directory=directory,
+        trcomp_version="test",
+    )
+
+
 @needs_aot
 def test_a_failed_attempt_leaves_its_graph_uncounted(tmp_path: Path) -> None:
     """dynamo counts a graph before the backend compiles it: the job's graph count must
@@ -106,14 +118,7 @@ def test_a_failed_attempt_leaves_its_graph_uncounted(tmp_path: Path) -> None:
         raise RuntimeError("this backend does not compile")
 
     model, x = torch.nn.Linear(4, 2), torch.randn(3, 4)
-    call = aot.AotCall(
-        torch,
-        model,
-        model.forward,  # the normal path: eager here, so it counts no graph
-        compile_kwargs={"backend": broken},
-        directory=tmp_path / "aot",
-        trcomp_version="test",
-    )
+    call = aot_call(model, tmp_path / "aot", backend=broken)
     before = aot._unique_graphs()
     assert torch.equal(call(x), model(x))
     assert call.state.path == "off"
@@ -140,19 +145,9 @@ def test_an_artifact_whose_code_reads_a_module_loads_in_a_new_process(tmp_path: 
     and torch refused GPT-2's artifact there: every job compiled and saved it again."""
     model, x = ReturnsOrderedDict(), torch.randn(3, 4)
 
-    def call() -> Any:
-        return aot.AotCall(
-            torch,
-            model,
-            model.forward,
-            compile_kwargs={"backend": "aot_eager"},
-            directory=tmp_path,
-            trcomp_version="test",
-        )
-
     scope = aot._call_forward.__globals__
     before = set(scope)
-    first = call()
+    first = aot_call(model, tmp_path)
     first(x)
     assert first.state.path == "saved", first.state
     added = [name for name in set(scope) - before if name.startswith("___module_")]
@@ -162,7 +157,7 @@ def test_an_artifact_whose_code_reads_a_module_loads_in_a_new_process(tmp_path: 
 
     for name in added:  # as in a new process
         del scope[name]
-    second = call()
+    second = aot_call(model, tmp_path)
     out = second(x)
     assert second.state.path == "loaded", second.state
     assert second.state.calls == 1
@@ -173,27 +168,17 @@ def test_an_artifact_whose_code_reads_a_module_loads_in_a_new_process(tmp_path: 
 def test_an_artifact_compiled_while_gradients_are_held_loads(tmp_path: Path) -> None:
     """Gradients in place at the first compiled call (``zero_grad()`` after the forward,
     or accumulation): torch 2.14 saved each ``.grad`` as a placeholder that no process
-    could load. They are set aside while saving, and are the same after."""
+    could load. They are set aside while compiling, and are the same after."""
     model, x = torch.nn.Linear(4, 2), torch.randn(3, 4)
     model(x).sum().backward()
     grads = [param.grad.clone() for param in model.parameters()]
 
-    def call() -> Any:
-        return aot.AotCall(
-            torch,
-            model,
-            model.forward,
-            compile_kwargs={"backend": "aot_eager"},
-            directory=tmp_path,
-            trcomp_version="test",
-        )
-
-    first = call()
+    first = aot_call(model, tmp_path)
     first(x).sum().backward()
     assert first.state.path == "saved", first.state
     for param, grad in zip(model.parameters(), grads, strict=True):
         assert torch.equal(param.grad, 2 * grad)  # held, then accumulated into
 
-    second = call()
+    second = aot_call(model, tmp_path)
     assert torch.equal(second(x), model(x))
     assert second.state.path == "loaded", second.state
