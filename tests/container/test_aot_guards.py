@@ -119,11 +119,11 @@ def test_a_failed_attempt_leaves_its_graph_uncounted(tmp_path: Path) -> None:
 
     model, x = torch.nn.Linear(4, 2), torch.randn(3, 4)
     call = aot_call(model, tmp_path / "aot", backend=broken)
-    before = aot._unique_graphs()
+    before = aot.unique_graphs()
     assert torch.equal(call(x), model(x))
     assert call.state.path == "off"
     assert "this backend does not compile" in (call.state.reason or "")
-    assert call.state.discarded_graphs == aot._unique_graphs() - before == 1
+    assert call.state.discarded_graphs == aot.unique_graphs() - before == 1
     assert len(list((tmp_path / "aot").glob("*.failed.json"))) == 1
 
 

@@ -58,6 +58,7 @@ __all__ = [
     "artifact_key",
     "has_aot_compile",
     "saved_guards",
+    "unique_graphs",
     "unsupported_reason",
     "with_guard_filter",
 ]
@@ -285,7 +286,7 @@ class AotCall:
 
     def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         state = self.state
-        graphs = _unique_graphs()
+        graphs = unique_graphs()
         try:
             key = artifact_key(
                 self._torch, self._module, args, kwargs, self._compile_kwargs, self._trcomp_version
@@ -311,7 +312,7 @@ class AotCall:
             state.seconds = time.perf_counter() - started
         except Exception as exc:
             self._fn = None
-            state.discarded_graphs = max(0, _unique_graphs() - graphs)
+            state.discarded_graphs = max(0, unique_graphs() - graphs)
             state.path = "off"
             state.reason = _short(f"ahead-of-time compile failed, normal path: {exc}", exc)
             if state.key is not None:
@@ -557,7 +558,7 @@ def _with_modules(modules: dict[str, str]) -> dict[str, Any]:
     return scope
 
 
-def _unique_graphs() -> int:
+def unique_graphs() -> int:
     """Graphs dynamo has counted in this process (it counts a graph before the backend
     compiles it, so an attempt whose compile failed counts too)."""
     if "torch._dynamo" not in sys.modules:

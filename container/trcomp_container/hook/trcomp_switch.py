@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trcomp_aot import AOT_DIR
+from trcomp_aot import AOT_DIR, unique_graphs
 from trcomp_autocompile import AutoCompile, module_signature
 from trcomp_speedup import (
     REMEASURE_AFTER,
@@ -226,7 +226,7 @@ class Switch:
     def _graphs_run(self) -> int:
         """Graphs dynamo compiled, and ahead-of-time artifacts that ran (loaded ones too)."""
         aot = self.autocompile.aot_graphs if self.autocompile is not None else 0
-        return _graphs() + aot
+        return unique_graphs() + aot
 
     def aot_report(self) -> dict[str, Any]:
         """Ahead-of-time artifacts compiled or loaded: dynamo's compile callbacks see neither."""
@@ -249,7 +249,7 @@ class Switch:
     def report(self, wall_s: float) -> dict[str, Any]:
         """The ``autocompile`` and ``speedup`` parts of this process's metrics record."""
         body: dict[str, Any] = {
-            "autocompile": self.autocompile.report(_graphs()) if self.autocompile else None,
+            "autocompile": self.autocompile.report(unique_graphs()) if self.autocompile else None,
             "speedup": self._speedup_report(wall_s),
         }
         return body
@@ -286,15 +286,6 @@ class Switch:
 
 def _rank() -> int:
     return int(os.environ.get("RANK", "0") or 0)
-
-
-def _graphs() -> int:
-    """Graphs dynamo compiled in this process (0 when dynamo never ran)."""
-    if "torch._dynamo" not in sys.modules:
-        return 0
-    from torch._dynamo.utils import counters
-
-    return int(counters["stats"]["unique_graphs"])
 
 
 def _autocast(torch: Any) -> list[Any]:
