@@ -1,4 +1,4 @@
-"""Warm starts from ahead-of-time artifacts (trcomp_aot), in real child processes.
+"""Warm starts from ahead-of-time artifacts (trcomp_container.inprocess.aot), in real child processes.
 
 A plain loop (no trcomp import) runs under the start-up hook twice with the
 same compile cache (``TRCOMP_CACHE_DIR``), as two jobs of one lineage would.
@@ -19,18 +19,18 @@ from typing import Any
 import pytest
 
 from tests.helpers import jobs
-from tests.helpers.hook import hook_module
 from tests.helpers.records import RANKS, read_records
 from trcomp import TrainingCompilerConfig
-from trcomp_container.backends import resolve_backend
+from trcomp_container.backends import resolve_backend, resolve_engine
 from trcomp_container.devices import Devices
 from trcomp_container.environment import build_environment
+from trcomp_container.inprocess.aot import has_aot_compile
 from trcomp_container.job import JobPaths
 
 pytestmark = pytest.mark.slow
 
 torch = pytest.importorskip("torch")
-HAS_AOT = hook_module("trcomp_aot").has_aot_compile(torch)
+HAS_AOT = has_aot_compile(torch)
 CPU = Devices()
 
 SCRIPT = """
@@ -85,9 +85,11 @@ def run(base: Path, cache: Path, config: TrainingCompilerConfig, script: Path) -
     paths = JobPaths.under(base)
     for directory in (paths.model, paths.output_data, paths.code):
         directory.mkdir(parents=True, exist_ok=True)
+    backend = resolve_backend(config, CPU)
     env = build_environment(
         config=config,
-        backend=resolve_backend(config, CPU),
+        backend=backend,
+        engine=resolve_engine(config, backend, CPU),
         devices=CPU,
         paths=paths,
         base_env={**jobs.job_env(base), "LOSSES_OUT": str(base / "losses.json")},

@@ -1,4 +1,4 @@
-"""The guards an ahead-of-time artifact keeps (trcomp_aot.saved_guards), in process.
+"""The guards an ahead-of-time artifact keeps (trcomp_container.inprocess.aot.saved_guards), in process.
 
 torch's default guard filter for ``aot_compile`` fails on a model whose forward is
 wrapped by a decorator that reads the wrapped function's code, as transformers'
@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.hook import hook_module
+from trcomp_container.inprocess import aot, torch_compat
 
 torch = pytest.importorskip("torch")
-aot = hook_module("trcomp_aot")
 needs_aot = pytest.mark.skipif(
     not aot.has_aot_compile(torch), reason=f"torch {torch.__version__} has no aot_compile"
 )
@@ -48,7 +47,7 @@ class Decorated(torch.nn.Module):
 
 
 def aot_compiled(compile_kwargs: dict[str, Any], model: Any, x: Any) -> Any:
-    compiled = torch.compile(aot._call_forward, **compile_kwargs)
+    compiled = torch.compile(aot.call_forward, **compile_kwargs)
     return compiled.aot_compile(((model, x), {}))
 
 
@@ -69,7 +68,7 @@ def test_the_hooks_filter_saves_it_and_the_loaded_artifact_guards_the_rest(
     fn.save_compiled_function(str(tmp_path / "a.pt2"))
     with (tmp_path / "a.pt2").open("rb") as handle:
         loaded = torch.compiler.load_compiled_function(
-            handle, f_globals=aot._call_forward.__globals__
+            handle, f_globals=aot.call_forward.__globals__
         )
     loaded.disable_guard_check()
     assert loaded.guard_check(model, x)
@@ -91,7 +90,7 @@ def test_a_mode_becomes_its_options_beside_the_filter() -> None:
     assert callable(options.pop("guard_filter_fn"))
     assert options == torch._inductor.list_mode_options(mode, False) != {}
     assert kwargs["fullgraph"] is True and kwargs["dynamic"] is False
-    torch.compile(aot._call_forward, **kwargs)  # accepted (compiles at the first call)
+    torch.compile(aot.call_forward, **kwargs)  # accepted (compiles at the first call)
 
     plain = aot.with_guard_filter(torch, {"backend": "inductor"})
     assert set(plain["options"]) == {"guard_filter_fn"}
@@ -119,11 +118,11 @@ def test_a_failed_attempt_leaves_its_graph_uncounted(tmp_path: Path) -> None:
 
     model, x = torch.nn.Linear(4, 2), torch.randn(3, 4)
     call = aot_call(model, tmp_path / "aot", backend=broken)
-    before = aot.unique_graphs()
+    before = torch_compat.unique_graphs()
     assert torch.equal(call(x), model(x))
     assert call.state.path == "off"
     assert "this backend does not compile" in (call.state.reason or "")
-    assert call.state.discarded_graphs == aot.unique_graphs() - before == 1
+    assert call.state.discarded_graphs == torch_compat.unique_graphs() - before == 1
     assert len(list((tmp_path / "aot").glob("*.failed.json"))) == 1
 
 
@@ -145,7 +144,7 @@ def test_an_artifact_whose_code_reads_a_module_loads_in_a_new_process(tmp_path: 
     and torch refused GPT-2's artifact there: every job compiled and saved it again."""
     model, x = ReturnsOrderedDict(), torch.randn(3, 4)
 
-    scope = aot._call_forward.__globals__
+    scope = aot.call_forward.__globals__
     before = set(scope)
     first = aot_call(model, tmp_path)
     first(x)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.hook import hook_module
+from trcomp_container.inprocess import autocompile
 
-autocompile = hook_module("trcomp_autocompile")
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
@@ -30,7 +29,7 @@ def policy():
     hooks = autocompile.AutoCompile(torch, compile_kwargs={"backend": "eager"}, fallback_eager=True)
     hooks.install()
     yield hooks
-    hooks.remove()
+    hooks.end_search()
     torch._dynamo.reset()
 
 
@@ -95,7 +94,7 @@ def test_a_module_called_inside_another_is_not_a_candidate(policy):
 
 
 def test_after_remove_new_modules_are_not_compiled(policy):
-    policy.remove()
+    policy.end_search()
     nn.Linear(4, 4)(torch.randn(2, 4))
     assert policy.compiled == [] and not policy.active
 
@@ -139,12 +138,12 @@ def train_blocks(hooks: autocompile.AutoCompile, model: nn.Module, steps: int = 
         for _ in range(steps):
             model(torch.randn(2, 4)).sum().backward()
     finally:
-        hooks.remove()
+        hooks.end_search()
         torch._dynamo.reset()
 
 
 def test_a_model_with_repeated_blocks_is_compiled_with_its_blocks_as_regions(policy):
-    policy.remove()
+    policy.end_search()
     hooks = regional_hooks()
     model = Blocks(4)
     train_blocks(hooks, model)
@@ -157,7 +156,7 @@ def test_a_model_with_repeated_blocks_is_compiled_with_its_blocks_as_regions(pol
 
 
 def test_regional_false_compiles_the_whole_model(policy):
-    policy.remove()
+    policy.end_search()
     hooks = regional_hooks(regional=False)
     model = Blocks(4)
     train_blocks(hooks, model, steps=2)
@@ -184,7 +183,7 @@ class Broken(Block):
 
 
 def test_a_block_with_a_graph_break_leaves_regions_off_and_the_entry_says_why(policy):
-    policy.remove()
+    policy.end_search()
     hooks = regional_hooks()
     model = Blocks(2)
     model.layers = nn.ModuleList(Broken() for _ in range(2))
@@ -195,7 +194,7 @@ def test_a_block_with_a_graph_break_leaves_regions_off_and_the_entry_says_why(po
 
 
 def test_a_block_that_fails_whole_too_runs_eager_and_the_entry_says_why(policy):
-    policy.remove()
+    policy.end_search()
     hooks = regional_hooks(fullgraph=True)
     model = Blocks(2)
     model.layers = nn.ModuleList(Broken() for _ in range(2))

@@ -52,7 +52,9 @@ def test_an_images_own_sitecustomize_still_runs(tmp_path):
 @pytest.mark.slow
 def test_inductor_options_apply_one_by_one_and_a_refused_one_is_reported(tmp_path):
     env = {
-        "TRCOMP_INDUCTOR_OPTIONS": '{"no_such_option": 1, "max_autotune": true}',
+        "TRCOMP_CONFIG": json.dumps(
+            {"backend": "inductor", "inductor_options": {"no_such_option": 1, "max_autotune": True}}
+        ),
         "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"),
     }
     code = (

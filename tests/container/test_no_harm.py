@@ -16,14 +16,14 @@ import io
 
 import pytest
 
-from tests.helpers.hook import hook_module
-from trcomp.contract import regions
 from trcomp.contract.runtime_config import RuntimeConfig
-
-autocompile = hook_module("trcomp_autocompile")
-hook_module("trcomp_speedup")
-switch_module = hook_module("trcomp_switch")
+from trcomp.runtime import regions
+from trcomp_container.inprocess import autocompile
+from trcomp_container.inprocess import switch as switch_module
+from trcomp_container.inprocess.settings import Settings
+from trcomp_container.inprocess.speedup.key import module_signature
 switch_report = pytest.importorskip("trcomp_container.switch_report")
+rank_record = pytest.importorskip("trcomp_container.inprocess.record")
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
@@ -42,6 +42,11 @@ def graphs() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+def _record(**parts):
+    """A rank record with these parts (what the switch report reads)."""
+    return rank_record.RankRecord.from_json(parts)
 
 
 def hooks(**kwargs) -> autocompile.AutoCompile:
@@ -102,9 +107,9 @@ def test_an_error_inside_the_hook_leaves_the_script_running_and_is_reported():
         assert train(model, steps=2)  # no exception reached the script
         assert not policy.active and policy.compiled == []
     finally:
-        policy.remove()
+        policy.end_search()
     assert "RuntimeError: boom" in policy.report()["error"]
-    warnings = switch_report.compiled_less([{"autocompile": policy.report()}])
+    warnings = switch_report.compiled_less([_record(autocompile=policy.report())])
     assert any("the zero-code hook stopped" in warning for warning in warnings)
 
 
@@ -125,11 +130,11 @@ def test_a_lazy_module_is_compiled_once_materialized_and_trains_as_eager():
     try:
         compiled = run()
     finally:
-        policy.remove()
+        policy.end_search()
     (entry,) = policy.compiled
     assert entry.name == "Sequential" and entry.ran_compiled
     assert compiled == pytest.approx(eager, abs=1e-6)
-    assert "lazy" in autocompile.module_signature(nn.LazyLinear(3))
+    assert "lazy" in module_signature(nn.LazyLinear(3))
 
 
 def test_a_validation_pass_before_training_does_not_keep_the_model_eager():
@@ -143,7 +148,7 @@ def test_a_validation_pass_before_training_does_not_keep_the_model_eager():
         model.train()
         train(model)
     finally:
-        policy.remove()
+        policy.end_search()
     (entry,) = policy.compiled
     assert entry.name == "Net" and entry.ran_compiled and policy.skipped == {}
 
@@ -160,14 +165,14 @@ def test_an_inference_script_loses_the_hooks_after_a_bounded_number_of_calls(mon
             model(torch.randn(2, 4))
         assert not policy.active and policy.compiled == []
     finally:
-        policy.remove()
+        policy.end_search()
 
 
 def test_a_compiled_helper_before_the_model_does_not_end_the_zero_code_path():
     from torch._dynamo.callback import callback_handler
 
     config = RuntimeConfig(enabled=True, backend="inductor", engine="inductor")
-    switch = switch_module.Switch(torch, config, environ={})
+    switch = switch_module.Switch(torch, config, Settings.from_env({}))
     assert switch.autocompile is not None
     switch.autocompile.compile_kwargs = {"backend": "aot_eager"}
 
@@ -186,7 +191,7 @@ def test_a_compiled_helper_before_the_model_does_not_end_the_zero_code_path():
             switch.on_step(step, compile_events=1, clock=None)
     finally:
         callback_handler.remove_start_callback(started)
-        switch.autocompile.remove()
+        switch.autocompile.end_search()
     (entry,) = switch.autocompile.compiled
     assert entry.name == "Net" and entry.ran_compiled
 
@@ -207,7 +212,7 @@ def test_unfreezing_parameters_after_the_compile_compiles_afresh_and_trains_as_e
     try:
         compiled = two_phases()
     finally:
-        policy.remove()
+        policy.end_search()
     (entry,) = policy.compiled
     assert entry.recompiled == "requires_grad of its parameters changed" and entry.ran_compiled
     assert compiled == pytest.approx(eager, abs=1e-6)
@@ -246,9 +251,9 @@ def test_data_parallel_leaves_the_model_eager_and_points_to_one_process_per_gpu(
         policy._pre(model, (torch.randn(2, 4),))
         policy._post(model, (), None)
     finally:
-        policy.remove()
+        policy.end_search()
     assert policy.compiled == [] and graphs() == 0
-    (warning,) = switch_report.compiled_less([{"autocompile": policy.report()}])
+    (warning,) = switch_report.compiled_less([_record(autocompile=policy.report())])
     assert "DataParallel" in warning and "torch_distributed" in warning
 
 
@@ -262,7 +267,7 @@ def test_more_module_classes_than_dynamos_cache_limit_all_run_compiled():
             for model in models:
                 model(torch.randn(2, 4)).sum().backward()
     finally:
-        policy.remove()
+        policy.end_search()
     assert len(policy.compiled) == limit + 2
     assert all(entry.ran_compiled for entry in policy.compiled)
     assert graphs() == limit + 2
@@ -283,14 +288,15 @@ def test_the_recompile_limit_is_reported_with_the_fix_for_a_python_attribute():
             model.tag = "a" * (step + 1)  # a Python string, guarded on: one graph per value
             model(torch.randn(2, 4)).sum().backward()
     finally:
-        policy.remove()
+        policy.end_search()
     (entry,) = policy.compiled
     assert entry.eager_calls > 0 and not entry.ran_compiled
     assert entry.limit and entry.limit.startswith("recompile_limit")
-    text = switch_report.compiled_text([{"autocompile": policy.report(), "compile": {"graphs": 8}}],
-                                       "inductor")  # fmt: skip
+    text = switch_report.compiled_text(
+        [_record(autocompile=policy.report(), compile={"graphs": 8})], "inductor"
+    )
     assert "ran eager at the end" in text
-    (warning,) = switch_report.compiled_less([{"autocompile": policy.report()}])
+    (warning,) = switch_report.compiled_less([_record(autocompile=policy.report())])
     assert "recompile_limit" in warning and "Python value" in warning
     assert "dynamic=True does not help" in warning
 
@@ -326,7 +332,7 @@ def test_a_compile_that_fails_after_a_graph_break_does_not_run_the_first_part_tw
         for x in batches:
             model(x)
     finally:
-        policy.remove()
+        policy.end_search()
     (entry,) = policy.compiled
     assert entry.failed and "injected backend failure" in entry.failed
     assert model.norm.num_batches_tracked.item() == 2
@@ -340,7 +346,7 @@ def test_the_model_saves_whole_loads_and_traces_after_the_hook_compiled_it(tmp_p
         model = Net(layers=3)
         train(model)
     finally:
-        policy.remove()
+        policy.end_search()
     assert policy.compiled[0].ran_compiled
     buffer = io.BytesIO()
     torch.save(model, buffer)
@@ -434,7 +440,7 @@ def test_regional_true_on_known_wrong_blocks_compiles_whole_and_matches_eager(pa
     try:
         compiled = train(build(), steps=6)
     finally:
-        policy.remove()
+        policy.end_search()
     (entry,) = policy.compiled
     assert entry.regional is None and entry.ran_compiled
     assert entry.as_dict()["regional_off"]

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.hook import hook_module
 from trcomp.contract.runtime_config import RuntimeConfig
 from trcomp_container.environment import HOOK_DIR
-
-speedup = hook_module("trcomp_speedup")
-hook_module("trcomp_autocompile")
-switch_module = hook_module("trcomp_switch")
+from trcomp_container.inprocess import switch as switch_module
+from trcomp_container.inprocess.settings import Settings
+from trcomp_container.inprocess.speedup import key as decision_key
+from trcomp_container.inprocess.speedup import rule, window
+from trcomp_container.inprocess.speedup import store as decision_store
 
 
 @pytest.mark.parametrize(
@@ -35,14 +35,14 @@ switch_module = hook_module("trcomp_switch")
     ],
 )
 def test_the_rule_keeps_the_faster_beyond_noise(eager, compiled, keep_faster, kept):
-    decision = speedup.decide(eager, compiled, keep_faster=keep_faster)
+    decision = rule.decide(eager, compiled, keep_faster=keep_faster)
     assert decision.keep == kept
     assert decision.speedup == pytest.approx(eager[0] / compiled[0])
     assert f"{decision.speedup:.2f}x" in decision.reason
 
 
 def test_the_rule_uses_medians_so_one_slow_step_does_not_decide():
-    decision = speedup.decide([0.10, 0.10, 0.10, 5.0], [0.08, 0.08, 3.0, 0.08], keep_faster=True)
+    decision = rule.decide([0.10, 0.10, 0.10, 5.0], [0.08, 0.08, 3.0, 0.08], keep_faster=True)
     assert decision.keep == "compiled" and decision.speedup == pytest.approx(1.25)
 
 
@@ -83,7 +83,7 @@ def drive(config: RuntimeConfig, durations: dict[int, float], steps: int = 16):
 
     runs = compiled_marker()
     assert runs() == 1  # compiled before the job's steps start
-    switch = switch_module.Switch(torch, config, environ={})
+    switch = switch_module.Switch(torch, config, Settings.from_env({}))
     clock = Clock(durations)
     ran = {}
     try:
@@ -127,7 +127,7 @@ def test_an_explicit_backend_keeps_compiling_and_reports_the_cost():
 
 
 def run_probe(events, *, compiled: bool = True):
-    probe = speedup.SpeedupProbe()
+    probe = window.SpeedupProbe()
     finished = []
     for step in range(1, 30):
         probe.on_step(step, events(step), finish=finished.append, compiled=compiled)
@@ -155,31 +155,31 @@ def test_nothing_compiled_is_not_measured():
 
 
 def test_two_compiled_windows_that_disagree_are_too_noisy_to_decide():
-    decision = speedup.decide([0.10], [0.20], compiled_again=[3.4], keep_faster=True)
+    decision = rule.decide([0.10], [0.20], compiled_again=[3.4], keep_faster=True)
     assert decision.keep == "compiled" and decision.reason.startswith("too noisy to decide")
     assert "200.00 ms before and 3400.00 ms after" in decision.reason
-    agreeing = speedup.decide([0.10], [0.20], compiled_again=[0.21], keep_faster=True)
+    agreeing = rule.decide([0.10], [0.20], compiled_again=[0.21], keep_faster=True)
     assert agreeing.keep == "eager"
 
 
 def test_the_eager_window_is_skipped_when_the_compiled_peak_is_close_to_the_device_limit():
     gib = 2**30
-    assert speedup.memory_too_close(60 * gib, 80 * gib) is None
-    reason = speedup.memory_too_close(70 * gib, 80 * gib)
+    assert rule.memory_too_close(60 * gib, 80 * gib) is None
+    reason = rule.memory_too_close(70 * gib, 80 * gib)
     assert reason and "80% of the device's 80.0 GiB" in reason and "measure_speedup" in reason
 
 
 def test_the_store_keeps_decisions_by_fingerprint_and_survives_a_torn_file(tmp_path):
-    store = speedup.DecisionStore(tmp_path / "trcomp" / "speedup.json")
-    decision = speedup.decide([0.1], [0.2], keep_faster=True)
-    key = speedup.fingerprint({"model": "TinyLM[...]", "torch": "2.9.0"})
+    store = decision_store.DecisionStore(tmp_path / "trcomp" / "speedup.json")
+    decision = rule.decide([0.1], [0.2], keep_faster=True)
+    key = decision_key.fingerprint({"model": "TinyLM[...]", "torch": "2.9.0"})
     assert store.load(key) is None
     store.save(key, decision)
     loaded, uses = store.load(key)
     assert loaded.keep == "eager" and loaded.source == "stored" and uses == 0
     store.save(key, decision, uses=3)
     assert store.load(key)[1] == 3
-    assert store.load(speedup.fingerprint({"model": "TinyLM[...]", "torch": "2.10.0"})) is None
+    assert store.load(decision_key.fingerprint({"model": "TinyLM[...]", "torch": "2.10.0"})) is None
     store.path.write_text('{"' + key + '": {"keep": ')  # torn: another writer died midway
     assert store.load(key) is None
 
@@ -189,17 +189,17 @@ def test_a_stored_decision_is_measured_again_after_some_jobs(tmp_path):
 
     config = RuntimeConfig(enabled=True, backend="inductor", engine="inductor", auto_compile=False)
     env = {"TRCOMP_CACHE_DIR": str(tmp_path)}
-    first = switch_module.Switch(torch, config, environ=env)
+    first = switch_module.Switch(torch, config, Settings.from_env(env))
     first._on_model(torch.nn.Linear(2, 2), (torch.zeros(1, 2),))
-    first.store.save(first._key, speedup.decide([0.1], [0.08], keep_faster=True))
+    first.store.save(first._key, rule.decide([0.1], [0.08], keep_faster=True))
     sources = []
-    for _ in range(speedup.REMEASURE_AFTER + 1):
-        job = switch_module.Switch(torch, config, environ=env)
+    for _ in range(rule.REMEASURE_AFTER + 1):
+        job = switch_module.Switch(torch, config, Settings.from_env(env))
         job._on_model(torch.nn.Linear(2, 2), (torch.zeros(1, 2),))
         sources.append(job.decision.source if job.decision else None)
-    assert sources == ["stored"] * speedup.REMEASURE_AFTER + [None]
+    assert sources == ["stored"] * rule.REMEASURE_AFTER + [None]
     # Another input shape is another key: measured, not read.
-    other = switch_module.Switch(torch, config, environ=env)
+    other = switch_module.Switch(torch, config, Settings.from_env(env))
     other._on_model(torch.nn.Linear(2, 2), (torch.zeros(4, 2),))
     assert other._key != first._key and other.decision is None
 
@@ -207,7 +207,8 @@ def test_a_stored_decision_is_measured_again_after_some_jobs(tmp_path):
 RANKS = """
 import json, os, sys
 import torch, torch.distributed as dist
-import trcomp_switch
+from trcomp_container.inprocess.settings import Settings
+from trcomp_container.inprocess.switch import Switch
 from trcomp.contract.runtime_config import RuntimeConfig
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -216,7 +217,7 @@ torch.compile(lambda x: x * 2, backend="eager")(torch.zeros(1))  # a graph exist
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 config = RuntimeConfig(enabled=True, backend="inductor", engine="inductor", auto_compile=False)
-switch = trcomp_switch.Switch(torch, config, environ={})
+switch = Switch(torch, config, Settings.from_env({}))
 
 
 class Clock:  # rank 0 measured compiled faster, rank 1 slower
@@ -284,6 +285,6 @@ def test_engines_without_eager_in_process_say_why(tmp_path: Path):
     import torch
 
     config = RuntimeConfig(enabled=True, backend="xla", engine="torch_xla")
-    report = switch_module.Switch(torch, config, environ={}).report(wall_s=1.0)
+    report = switch_module.Switch(torch, config, Settings.from_env({})).report(wall_s=1.0)
     assert report["speedup"]["decision"] is None
     assert "torch-xla" in report["speedup"]["not_measured"]

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.hook import hook_module, run_hooked
+from tests.helpers.hook import run_hooked
+from trcomp_container.inprocess.stepclock import StepClock
 from trcomp_container.summary import steady_step_time
 
-StepClock = hook_module("trcomp_stepclock").StepClock
 
 # Kernel durations on the simulated device's clock: each step a different length,
 # so an interval that is not the device's own (the CPU's, a neighbour's) shows.

@@ -4,7 +4,8 @@ Unmodified HF Trainer and Accelerate scripts compile through the
 ``ACCELERATE_DYNAMO_*`` variables; :mod:`trcomp.runtime` scripts through
 ``TRCOMP_CONFIG``. Only fields the user changed from the defaults are passed.
 ``inductor_options`` reach both kinds the same way, once: the start-up hook
-applies ``TRCOMP_INDUCTOR_OPTIONS`` to ``torch._inductor.config`` in every process.
+applies them (from ``TRCOMP_CONFIG``) to ``torch._inductor.config`` in every process;
+``TRCOMP_INDUCTOR_OPTIONS`` echoes them for scripts.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Step times as the device sees them, for the metrics hook (``sitecustomize``).
+"""Step times as the device sees them, for the session's step count.
 
 On a GPU, ``optimizer.step()`` returns as soon as its kernels are queued: with
 CUDA graphs or any async execution the CPU-side time between two steps says
@@ -63,7 +63,7 @@ def cuda_timeline() -> CudaTimeline | None:
     try:
         if not torch.cuda.is_initialized():
             return None
-    except Exception:
+    except Exception:  # a broken CUDA setup: time on the CPU rather than fail the step
         return None
     return CudaTimeline(torch)
 
@@ -95,7 +95,7 @@ class StepClock:
             self._chosen = True
             try:
                 self._timeline = self._choose()
-            except Exception:
+            except Exception:  # any failure to start device timing: the CPU clock
                 self._timeline = None
         if len(self._cpu) > self.limit:
             return

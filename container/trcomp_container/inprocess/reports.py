@@ -1,23 +1,28 @@
-"""The parts of a process's metrics record read from the libraries themselves, at exit.
+"""The parts of a process's record read from the libraries themselves, at exit.
 
-Used by the start-up hook (``sitecustomize``); standard library only at import.
+Standard library only at import; each library is read only when the script loaded it.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from trcomp_container.inprocess import torch_compat
+
 __all__ = [
-    "c10d_store",
+    "JAX_ENGINE",
     "compile_report",
     "jax_report",
     "versions",
     "write_debug_reports",
+    "xla_compile_count",
     "xla_report",
 ]
+
+JAX_ENGINE = "trcomp.runtime.jax_engine"
+"""The jax engine's module: loaded means the script used it."""
 
 
 def compile_report(compile_s: float, events: int, recompiles: int) -> dict[str, Any]:
@@ -30,21 +35,25 @@ def compile_report(compile_s: float, events: int, recompiles: int) -> dict[str, 
         "graph_breaks": 0,
         "graph_break_reasons": {},
     }
-    if "torch._dynamo" in sys.modules:
-        from torch._dynamo.utils import counters
-
-        breaks = dict(counters["graph_break"])
-        report["graphs"] = int(counters["stats"]["unique_graphs"])
+    cache = torch_compat.inductor_cache_counts()
+    if cache is not None:
+        breaks = torch_compat.graph_break_counts()
+        report["graphs"] = torch_compat.unique_graphs()
         report["graph_breaks"] = int(sum(breaks.values()))
         top = sorted(breaks.items(), key=lambda item: -item[1])[:20]
         report["graph_break_reasons"] = {reason[:300]: count for reason, count in top}
-        report["cache"] = {
-            "fxgraph_hit": int(counters["inductor"]["fxgraph_cache_hit"]),
-            "fxgraph_miss": int(counters["inductor"]["fxgraph_cache_miss"]),
-            "aotautograd_hit": int(counters["aot_autograd"]["autograd_cache_hit"]),
-            "aotautograd_miss": int(counters["aot_autograd"]["autograd_cache_miss"]),
-        }
+        report["cache"] = cache
     return report
+
+
+def xla_compile_count() -> int | None:
+    """torch-xla's compile count so far; None when the script did not load torch-xla."""
+    if "torch_xla" not in sys.modules:
+        return None
+    import torch_xla.debug.metrics as met
+
+    data = met.metric_data("CompileTime")
+    return int(data[0]) if data else 0
 
 
 def xla_report(at_step3: int | None, at_last_step: int | None) -> dict[str, Any] | None:
@@ -72,7 +81,7 @@ def xla_report(at_step3: int | None, at_last_step: int | None) -> dict[str, Any]
 
 def jax_report() -> dict[str, Any] | None:
     """The jax engine's counters, when the script used it."""
-    engine = sys.modules.get("trcomp.runtime_jax")
+    engine = sys.modules.get(JAX_ENGINE)
     return None if engine is None else engine.STATS.as_dict()
 
 
@@ -86,33 +95,15 @@ def versions() -> dict[str, str]:
     return found
 
 
-def write_debug_reports(rank: str) -> None:
-    """Dynamo's compile times and torch-xla's metrics report, under ``TRCOMP_COMPILER_DIR``."""
-    directory = os.environ.get("TRCOMP_COMPILER_DIR")
-    if not directory:
+def write_debug_reports(directory: Path | None, rank: int) -> None:
+    """Dynamo's compile times and torch-xla's metrics report, under ``directory``."""
+    if directory is None:
         return
-    target = Path(directory)
-    target.mkdir(parents=True, exist_ok=True)
-    if "torch._dynamo" in sys.modules:
-        from torch._dynamo.utils import compile_times
-
-        text = compile_times(repr="str", aggregate=True)
-        (target / f"compile_times.rank{rank}.txt").write_text(str(text))
+    directory.mkdir(parents=True, exist_ok=True)
+    times = torch_compat.compile_times_text()
+    if times is not None:
+        (directory / f"compile_times.rank{rank}.txt").write_text(times)
     if "torch_xla" in sys.modules:
         import torch_xla.debug.metrics as met
 
-        (target / f"xla_metrics_report.rank{rank}.txt").write_text(met.metrics_report())
-
-
-def c10d_store() -> Any:
-    """The default process group's c10d store (a torch private name), or None.
-
-    The speed-up measurement exchanges its figures there, never on the training
-    group; tests/container/test_autocompile_policy.py fails if torch renames it.
-    """
-    try:
-        from torch.distributed import distributed_c10d
-
-        return distributed_c10d._get_default_store()
-    except Exception:
-        return None
+        (directory / f"xla_metrics_report.rank{rank}.txt").write_text(met.metrics_report())

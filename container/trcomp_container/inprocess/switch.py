@@ -1,37 +1,34 @@
 """The one switch inside the training process: what to compile, and whether compiling pays.
 
-Glue between the start-up hook (``sitecustomize``), the compile policy
-(:mod:`trcomp_autocompile`) and the eager-against-compiled measurement
-(:mod:`trcomp_speedup`). It reads the resolved config the container exported
-(``TRCOMP_CONFIG``) and acts only under the inductor backend; for the XLA
-engines it records why no eager comparison is possible in the same process.
+Glue between the session's events, the compile policy (:mod:`.autocompile`)
+and the eager-against-compiled measurement (:mod:`.speedup`). It acts only
+under the inductor backend; for the XLA engines it records why no eager
+comparison is possible in the same process.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import platform
 import statistics
 import sys
-from pathlib import Path
 from typing import Any
 
-from trcomp_aot import AOT_DIR, unique_graphs
-from trcomp_autocompile import AutoCompile, module_signature
-from trcomp_speedup import (
+from trcomp_container.inprocess import torch_compat
+from trcomp_container.inprocess.aot import AOT_DIR
+from trcomp_container.inprocess.autocompile import AutoCompile
+from trcomp_container.inprocess.eager import EagerMode
+from trcomp_container.inprocess.ledger import Ledger
+from trcomp_container.inprocess.settings import Settings
+from trcomp_container.inprocess.speedup.exchange import exchange
+from trcomp_container.inprocess.speedup.key import decision_key, module_signature
+from trcomp_container.inprocess.speedup.rule import (
     REMEASURE_AFTER,
     Decision,
-    DecisionStore,
-    Measurement,
-    SpeedupProbe,
     agree,
     decide,
-    fingerprint,
     memory_too_close,
-    step_times,
 )
+from trcomp_container.inprocess.speedup.store import STORE_FILE, DecisionStore
+from trcomp_container.inprocess.speedup.window import Measurement, SpeedupProbe, step_times
 
 __all__ = ["NO_EAGER_IN_PROCESS", "Switch"]
 
@@ -41,43 +38,47 @@ NO_EAGER_IN_PROCESS = {
     "jax": "the jax engine runs compile_step as XLA programs; torchax's eager mode is "
     "op by op, not the eager PyTorch the job would otherwise run",
 }
-_STORE_FILE = Path("trcomp") / "speedup.json"
 _OTHER_OPTIMIZER_STEPS = 8  # steps of other optimizers in a row: the script changed phase
-_EXCHANGE_TIMEOUT_S = 60.0
 
 
 class Switch:
-    """Created when torch is imported; fed every optimizer step by the hook."""
+    """Created when torch is imported in a compiled job; fed every optimizer step."""
 
-    def __init__(self, torch: Any, config: Any, environ: dict[str, str] | os._Environ[str]) -> None:
+    def __init__(
+        self, torch: Any, config: Any, settings: Settings, ledger: Ledger | None = None
+    ) -> None:
         self._torch = torch
         self.config = config
+        self.settings = settings
+        self.ledger = ledger if ledger is not None else Ledger()
         self.engine = config.engine if config.enabled else None
+        self.mode = EagerMode(torch, self.ledger)
         self.autocompile: AutoCompile | None = None
         self.probe: SpeedupProbe | None = None
         self.decision: Decision | None = None
         self.warnings: list[str] = []
         self._model_signature: str | None = None
         self._key: str | None = None
-        self._stance = "default"
         self._other_steps = 0
-        cache = environ.get("TRCOMP_CACHE_DIR")
-        self.store = DecisionStore(Path(cache) / _STORE_FILE) if cache else None
+        cache = settings.cache_dir
+        self.store = DecisionStore(cache / STORE_FILE) if cache else None
         if self.engine != "inductor":
             return
         if config.measure_speedup:
             self.probe = SpeedupProbe()
         if config.auto_compile:
             # getattr: a RuntimeConfig written by an older trcomp has no aot field.
-            keep_aot = bool(cache) and getattr(config, "aot", True)
+            keep_aot = cache is not None and getattr(config, "aot", True)
             self.autocompile = AutoCompile(
                 torch,
+                ledger=self.ledger,
+                mode=self.mode,
                 compile_kwargs=config.compile_kwargs(),
                 fallback_eager=config.fallback == "eager",
                 regional=config.compiles_regionally,
                 on_model=self._on_model,
                 on_error=self.warnings.append,
-                aot_dir=Path(cache) / AOT_DIR if keep_aot and cache else None,
+                aot_dir=cache / AOT_DIR if keep_aot and cache is not None else None,
             )
             self.autocompile.install()
 
@@ -87,66 +88,43 @@ class Switch:
         if self._model_signature is not None:
             return
         self._model_signature = module_signature(module)
-        self._key = self._fingerprint(args)
+        self._key = decision_key(
+            self._torch,
+            signature=self._model_signature,
+            args=args,
+            config=self.config,
+            world_size=self.settings.world_size,
+        )
         loaded = self.store.load(self._key) if self.store is not None else None
         if loaded is None or self.probe is None:
             return
         stored, uses = loaded
         if uses >= REMEASURE_AFTER:
             return  # measured again by this job, stored afresh
-        if self.store is not None and _rank() == 0:
-            with contextlib.suppress(OSError):
+        if self.store is not None and self.settings.rank == 0:
+            try:
                 self.store.save(self._key, stored, uses=uses + 1)
+            except OSError:
+                pass  # the count of uses is advice; the decision still applies
         # Measured by an earlier job of this lineage on the same model, inputs and versions.
         self.decision = stored
-        self.probe.phase = "done"
+        self.probe.use_stored()
         if stored.keep == "eager":
             self._set_eager(True)
 
-    def _fingerprint(self, args: Any) -> str:
-        torch = self._torch
-        config = self.config.model_dump(mode="json")
-        config.pop("fallback_reason", None)
-        inputs = [
-            [list(arg.shape), str(arg.dtype)]
-            if isinstance(arg, torch.Tensor)
-            else type(arg).__name__
-            for arg in args
-        ]
-        return fingerprint(
-            {
-                "model": self._model_signature,
-                "inputs": inputs,
-                "autocast": _autocast(torch),
-                "config": config,
-                "versions": [torch.__version__, self.config.trcomp_version],
-                "device": _device(torch),
-                "world_size": os.environ.get("WORLD_SIZE", "1"),
-                "script": list(sys.argv),
-            }
-        )
-
-    # -- steps ------------------------------------------------------------------
+    # -- events -----------------------------------------------------------------
 
     def before_compile(self) -> None:
-        """Dynamo starts compiling: once a trained module was seen, the global hooks go.
-
-        A graph traced while they are registered would guard on their number and
-        compile again once they are removed. A compile before any trained module
-        was seen (a helper the script compiled) leaves them: the model is still to come.
-        """
-        auto = self.autocompile
-        if auto is not None and auto.active and auto.saw_model:
-            auto.remove()
+        """Dynamo starts compiling."""
+        if self.autocompile is not None:
+            self.autocompile.on_compile_start()
 
     def on_other_optimizer(self) -> None:
         """Another optimizer than the job's first stepped (GAN, or a second phase)."""
         self._other_steps += 1
         if self._other_steps < _OTHER_OPTIMIZER_STEPS or self.probe is None:
             return
-        if self.probe.phase in ("compiled", "eager", "after") or (
-            self.probe.phase == "warmup" and self.decision is None
-        ):
+        if self.probe.measuring or (self.probe.phase == "warmup" and self.decision is None):
             self.probe.abandon(
                 "the script stopped stepping its first optimizer (a second phase or another "
                 "optimizer): the measurement was abandoned and the job kept compiling"
@@ -156,9 +134,9 @@ class Switch:
     def on_step(self, step: int, compile_events: int, clock: Any) -> None:
         """After optimizer step ``step`` (1-based) of the job's first optimizer."""
         self._other_steps = 0
-        if self.autocompile is not None and self.autocompile.active:
-            self.autocompile.remove()
-        if self.probe is None or self.probe.phase == "done":
+        if self.autocompile is not None:
+            self.autocompile.on_step()
+        if self.probe is None or self.probe.done:
             return
 
         def finish(measurement: Measurement) -> str | None:
@@ -192,7 +170,7 @@ class Switch:
                 local = [statistics.median(x) for x in (eager, first, again)]
             else:
                 problem = "the step clock kept too few intervals"
-        figures = agree(_exchange(local))
+        figures = agree(exchange(local))
         if isinstance(figures, str):
             self.probe.not_measured = problem or figures
             return "compiled"
@@ -200,7 +178,7 @@ class Switch:
         self.decision = decide(
             [eager_s], [first_s], compiled_again=[again_s], keep_faster=self.config.keeps_faster
         )
-        if self.store is not None and self._key and _rank() == 0:
+        if self.store is not None and self._key and self.settings.rank == 0:
             try:
                 self.store.save(self._key, self.decision)
             except OSError as exc:
@@ -210,23 +188,14 @@ class Switch:
         return "eager" if keep_eager else "compiled"
 
     def _set_eager(self, eager: bool) -> None:
-        """Run the compiled modules eager or compiled from the next step.
-
-        The hook's own modules switch on their own (no global state); a model the
-        script compiled needs torch's compiler stance, restored on every way out.
-        """
-        if self.autocompile is not None and not self.autocompile.script_compiled:
-            self.autocompile.eager = eager
-            return
-        stance = "force_eager" if eager else "default"
-        if stance != self._stance:
-            self._torch.compiler.set_stance(stance)
-            self._stance = stance
+        """Run the compiled modules eager or compiled from the next step."""
+        through_stance = self.autocompile is None or bool(self.autocompile.script_compiled)
+        self.mode.set(eager, through_stance=through_stance)
 
     def _graphs_run(self) -> int:
         """Graphs dynamo compiled, and ahead-of-time artifacts that ran (loaded ones too)."""
         aot = self.autocompile.aot_graphs if self.autocompile is not None else 0
-        return unique_graphs() + aot
+        return torch_compat.unique_graphs() + aot
 
     def aot_report(self) -> dict[str, Any]:
         """Ahead-of-time artifacts compiled or loaded: dynamo's compile callbacks see neither."""
@@ -247,12 +216,12 @@ class Switch:
     # -- report -----------------------------------------------------------------
 
     def report(self, wall_s: float) -> dict[str, Any]:
-        """The ``autocompile`` and ``speedup`` parts of this process's metrics record."""
-        body: dict[str, Any] = {
-            "autocompile": self.autocompile.report(unique_graphs()) if self.autocompile else None,
+        """The ``autocompile`` and ``speedup`` parts of this process's record."""
+        graphs = torch_compat.unique_graphs()
+        return {
+            "autocompile": self.autocompile.report(graphs) if self.autocompile else None,
             "speedup": self._speedup_report(wall_s),
         }
-        return body
 
     def _speedup_report(self, wall_s: float) -> dict[str, Any]:
         if self.engine in NO_EAGER_IN_PROCESS:
@@ -284,40 +253,6 @@ class Switch:
         return report
 
 
-def _rank() -> int:
-    return int(os.environ.get("RANK", "0") or 0)
-
-
-def _autocast(torch: Any) -> list[Any]:
-    state = []
-    for device in ("cpu", "cuda"):
-        try:
-            on = bool(torch.is_autocast_enabled(device))
-            state.append([device, on, str(torch.get_autocast_dtype(device)) if on else None])
-        except Exception:
-            state.append([device, None, None])
-    return state
-
-
-def _device(torch: Any) -> list[Any]:
-    """The accelerator model and count, or the CPU's: a decision is only valid on them."""
-    try:
-        if torch.cuda.is_available():
-            return ["cuda", torch.cuda.get_device_name(), torch.cuda.device_count()]
-    except Exception:
-        return ["unknown"]
-    model = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as info:
-            model = next(
-                (line.split(":", 1)[1].strip() for line in info if line.startswith("model name")),
-                model,
-            )
-    except OSError:
-        pass
-    return ["cpu", model, os.cpu_count()]
-
-
 def _memory_reason(torch: Any) -> str | None:
     """Why the eager window is skipped on this device (memory); None to run it."""
     try:
@@ -326,34 +261,6 @@ def _memory_reason(torch: Any) -> str | None:
         device = torch.cuda.current_device()
         peak = torch.cuda.max_memory_allocated(device)
         total = torch.cuda.get_device_properties(device).total_memory
-    except Exception:
+    except RuntimeError:  # a CUDA error: no reason known to skip
         return None
     return memory_too_close(int(peak), int(total))
-
-
-def _exchange(local: list[float] | None) -> list[list[float] | None]:
-    """Every rank's figures, through the c10d store (not the training group's collectives).
-
-    DDP may have its gradient all-reduce in flight on the training group; a
-    collective of ours there could pair with one of its own. The store is a
-    separate channel every rank already has.
-    """
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return [local]
-    from datetime import timedelta
-
-    from trcomp_reports import c10d_store
-
-    store = c10d_store()
-    if store is None:
-        return [None]
-    world = dist.get_world_size()
-    keys = [f"trcomp/speedup/{rank}" for rank in range(world)]
-    store.set(keys[dist.get_rank()], json.dumps(local))
-    try:
-        store.wait(keys, timedelta(seconds=_EXCHANGE_TIMEOUT_S))
-    except Exception:
-        return [None]
-    return [json.loads(store.get(key)) for key in keys]

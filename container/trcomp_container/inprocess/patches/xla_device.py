@@ -6,16 +6,16 @@ build, so on an NVIDIA GPU host that device is the CPU: the job would train
 there while the GPUs sit idle. When the job's engine is not torch-xla and the
 host has GPUs, the device calls stop the script with the replacements to make.
 Importing torch-xla stays allowed (accelerate and transformers import it).
-
-Standard library only at import.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
-__all__ = ["REPLACEMENTS", "guard_device_calls", "refusal"]
+__all__ = ["REPLACEMENTS", "install", "refusal"]
 
 REPLACEMENTS = (
     ("xm.xla_device()", "trcomp.runtime.device()"),
@@ -38,13 +38,20 @@ def refusal(engine: str | None) -> str:
     )
 
 
-def guard_device_calls(torch_xla: Any, stop: Callable[[], None]) -> None:
-    """Make torch-xla's device functions call ``stop()`` (which must raise) instead."""
-    import torch_xla.core.xla_model as xm
+def install(torch_xla: ModuleType, stop: Callable[[], None]) -> Callable[[], None]:
+    """Make torch-xla's device functions call ``stop()`` (which must raise); returns the undo."""
+    xm = importlib.import_module("torch_xla.core.xla_model")
+    before = (xm.xla_device, getattr(torch_xla, "device", None))
 
     def refused(*args: Any, **kwargs: Any) -> Any:
         stop()
         raise AssertionError("stop() must raise")  # pragma: no cover
 
     xm.xla_device = refused
-    torch_xla.device = refused
+    torch_xla.device = refused  # type: ignore[attr-defined]
+
+    def undo() -> None:
+        xm.xla_device = before[0]
+        torch_xla.device = before[1]  # type: ignore[attr-defined]
+
+    return undo

@@ -1,0 +1,130 @@
+"""One module the zero-code path compiled: what it is, how its calls ran, and undoing a call.
+
+Standard library only at import.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from trcomp.runtime.regions import RegionalCall
+from trcomp_container.inprocess.aot import AotCall
+
+__all__ = ["CODE_NAME", "REASON_CHARS", "CompiledModule", "LimitLog", "restore", "snapshot", "trained"]
+
+REASON_CHARS = 500
+CODE_NAME = "trcomp_compiled_{}"
+"""The code name of each compiled module's traced function (dynamo counts limits per code)."""
+_LIMIT_LOG = re.compile(
+    r"hit config\.(\w+) \((\d+)\).*?function: '(trcomp_compiled_\d+)'.*?last reason: (.*?)\n",
+    re.S,
+)
+LIMIT_LOGGER = "torch._dynamo.convert_frame"
+"""The logger whose "hit config.recompile_limit" warnings name the frame that hit it."""
+
+
+@dataclass
+class CompiledModule:
+    """One module the hook compiled (or tried to), and how its calls ran."""
+
+    name: str
+    parameters: int
+    failed: str | None = None
+    call: RegionalCall | None = None
+    calls: int = 0
+    """Calls through the compiled code (not counting calls made eager on purpose)."""
+    eager_calls: int = 0
+    """Of those, calls dynamo ran as plain Python (recompile limit hit, frame skipped)."""
+    last_call_eager: bool = False
+    limit: str | None = None
+    """Dynamo's limit this module hit (``recompile_limit (8): <last reason>``)."""
+    recompiled: str | None = None
+    """Why the hook compiled the module afresh, if it did."""
+    aot: AotCall | None = None
+    """Its ahead-of-time artifact (torch >= 2.14, compile cache on), when it may have one."""
+    aot_off: str | None = None
+    """Why it has none, when the job keeps artifacts."""
+
+    @property
+    def ran_aot(self) -> bool:
+        """Whether an ahead-of-time artifact ran some of its calls."""
+        return self.aot is not None and self.aot.state.calls > 0
+
+    @property
+    def regional(self) -> str | None:
+        """The repeated blocks compiled once for all layers, e.g. ``"12 x GPT2Block"``."""
+        return None if self.call is None else self.call.describe()
+
+    @property
+    def ran_compiled(self) -> bool:
+        """Whether the module's last call ran compiled code."""
+        return self.failed is None and self.calls > 0 and not self.last_call_eager
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "module": self.name,
+            "parameters": self.parameters,
+            "failed": self.failed,
+            "regional": self.regional,
+            "regional_off": None if self.call is None else self.call.unmarked,
+            "calls": self.calls,
+            "eager_calls": self.eager_calls,
+            "ran_compiled": self.ran_compiled,
+            "limit": self.limit,
+            "recompiled": self.recompiled,
+            "aot": self.aot.state.as_dict()
+            if self.aot is not None
+            else (None if self.aot_off is None else {"path": "off", "reason": self.aot_off}),
+        }
+
+
+class LimitLog(logging.Filter):
+    """Reads dynamo's "hit config.recompile_limit" warnings for the hook's own frames.
+
+    ``on_limit(code_name, limit, last_reason)`` is called for each.
+    """
+
+    def __init__(self, on_limit: Callable[[str, str, str], None]) -> None:
+        super().__init__()
+        self.on_limit = on_limit
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            match = _LIMIT_LOG.search(record.getMessage() + "\n")
+            if match:
+                self.on_limit(
+                    match.group(3), f"{match.group(1)} ({match.group(2)})", match.group(4).strip()
+                )
+        except Exception:  # a log line must never break the job, whatever it holds
+            pass
+        return True
+
+
+def trained(module: Any) -> tuple[bool, ...]:
+    """Which of the module's parameters require gradients (compared at each call)."""
+    return tuple(param.requires_grad for param in module.parameters())
+
+
+def snapshot(module: Any, torch: Any) -> tuple[list[Any], Any]:
+    """The module's buffers and the CPU random state, so a failed compile can be undone.
+
+    A compile that fails after a graph break may already have run the forward's
+    first part (BatchNorm's running statistics updated); the eager re-run must
+    start from the same state.
+    """
+    with torch.no_grad():
+        buffers = [buffer.detach().clone() for buffer in module.buffers()]
+    return buffers, torch.random.get_rng_state()
+
+
+def restore(module: Any, torch: Any, saved: tuple[list[Any], Any]) -> None:
+    """Put back what :func:`snapshot` took."""
+    buffers, rng = saved
+    with torch.no_grad():
+        for buffer, value in zip(module.buffers(), buffers, strict=False):
+            buffer.copy_(value)
+    torch.random.set_rng_state(rng)

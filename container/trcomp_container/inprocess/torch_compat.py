@@ -1,0 +1,196 @@
+"""Every private name of torch the in-process package reads or writes, one small function each.
+
+torch changes its private parts between releases without notice; here is the
+one place that touches them, and tests/container/inprocess/test_torch_compat.py
+pins each function against the installed torch (``make test`` on 2.9,
+``make test-214`` on 2.14): a rename fails there, not in a user's job.
+Functions that read a module which the script has not imported return a
+neutral value instead of importing it. Standard library only at import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+__all__ = [
+    "CODECACHE_HEADER_NAMES",
+    "COMPILED_CALL_IMPL",
+    "MODULE_HOOK_NAMES",
+    "REDIS_BACKEND_METHODS",
+    "c10d_store",
+    "compile_times_text",
+    "compiled_call_impl",
+    "counters",
+    "current_graph_task_id",
+    "dynamo_config",
+    "dynamo_exception",
+    "graph_break_counts",
+    "has_module_hooks",
+    "inductor_cache_counts",
+    "inductor_config",
+    "list_mode_options",
+    "optimized_module_class",
+    "redis_backend_class",
+    "register_compile_callbacks",
+    "set_compiled_call_impl",
+    "unique_graphs",
+    "unsupported_serialization_guards",
+]
+
+COMPILED_CALL_IMPL = "_compiled_call_impl"
+"""Where ``nn.Module.compile()`` keeps a module's compiled call (torch 2.2 to 2.14)."""
+MODULE_HOOK_NAMES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+"""A module's own hook dictionaries (``forward`` alone does not run them)."""
+CODECACHE_HEADER_NAMES = ("_HEADER_DIR", "_HEADER_LOCK_DIR")
+"""Where inductor keeps precompiled headers (``torch._inductor.codecache``)."""
+REDIS_BACKEND_METHODS = ("_get", "_put")
+"""The two methods of inductor's ``RedisRemoteCacheBackend`` that talk to Redis."""
+
+
+def _loaded(name: str) -> ModuleType | None:
+    return sys.modules.get(name)
+
+
+def counters() -> Any:
+    """dynamo's counters (``torch._dynamo.utils.counters``), or None before dynamo is imported.
+
+    The one reader of dynamo's counters in the package: everything below goes through it.
+    """
+    if _loaded("torch._dynamo") is None:
+        return None
+    return importlib.import_module("torch._dynamo.utils").counters
+
+
+def unique_graphs() -> int:
+    """Graphs dynamo has counted in this process (counted before the backend compiles
+    them, so an attempt whose compile failed counts too)."""
+    found = counters()
+    return 0 if found is None else int(found["stats"]["unique_graphs"])
+
+
+def graph_break_counts() -> dict[str, int]:
+    """dynamo's graph breaks, by reason."""
+    found = counters()
+    return {} if found is None else {str(k): int(v) for k, v in found["graph_break"].items()}
+
+
+def inductor_cache_counts() -> dict[str, int] | None:
+    """Hits and misses of inductor's FX-graph cache and AOTAutograd's cache."""
+    found = counters()
+    if found is None:
+        return None
+    return {
+        "fxgraph_hit": int(found["inductor"]["fxgraph_cache_hit"]),
+        "fxgraph_miss": int(found["inductor"]["fxgraph_cache_miss"]),
+        "aotautograd_hit": int(found["aot_autograd"]["autograd_cache_hit"]),
+        "aotautograd_miss": int(found["aot_autograd"]["autograd_cache_miss"]),
+    }
+
+
+def compile_times_text() -> str | None:
+    """dynamo's compile times as text (``torch._dynamo.utils.compile_times``)."""
+    if _loaded("torch._dynamo") is None:
+        return None
+    utils = importlib.import_module("torch._dynamo.utils")
+    return str(utils.compile_times(repr="str", aggregate=True))
+
+
+def register_compile_callbacks(
+    start: Callable[[Any], None], end: Callable[[Any], None]
+) -> Callable[[], None]:
+    """Register dynamo's compile start and end callbacks; returns their removal."""
+    handler = importlib.import_module("torch._dynamo.callback").callback_handler
+    handler.register_start_callback(start)
+    handler.register_end_callback(end)
+
+    def remove() -> None:
+        handler.remove_start_callback(start)
+        handler.remove_end_callback(end)
+
+    return remove
+
+
+def dynamo_config() -> Any:
+    """``torch._dynamo.config`` (its ``reorderable_logging_functions``,
+    ``ignore_logging_functions`` and ``patch`` are used)."""
+    return importlib.import_module("torch._dynamo.config")
+
+
+def inductor_config() -> Any:
+    """``torch._inductor.config`` (``patch`` and ``fallback_random`` are used)."""
+    return importlib.import_module("torch._inductor.config")
+
+
+def list_mode_options(mode: str, dynamic: Any) -> dict[str, Any]:
+    """The inductor options a ``torch.compile`` mode stands for."""
+    inductor = importlib.import_module("torch._inductor")
+    return dict(inductor.list_mode_options(mode, dynamic))
+
+
+def unsupported_serialization_guards() -> set[str]:
+    """Guard kinds torch cannot save in an ahead-of-time artifact."""
+    guards = importlib.import_module("torch._dynamo.guards")
+    return set(guards.CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES)
+
+
+def current_graph_task_id() -> int:
+    """The autograd graph task running now; -1 outside a backward pass."""
+    torch = importlib.import_module("torch")
+    return int(torch._C._current_graph_task_id())
+
+
+def optimized_module_class() -> type | None:
+    """``torch._dynamo.OptimizedModule`` (what ``torch.compile(module)`` returns)."""
+    dynamo = importlib.import_module("torch._dynamo")
+    found = getattr(dynamo, "OptimizedModule", None)
+    return found if isinstance(found, type) else None
+
+
+def dynamo_exception() -> type[BaseException]:
+    """The base class of dynamo's and the backends' compile errors."""
+    return importlib.import_module("torch._dynamo.exc").TorchDynamoException  # type: ignore[no-any-return]
+
+
+def compiled_call_impl(module: Any) -> Any:
+    """A module's compiled call, set by ``nn.Module.compile()`` (or by the hook); None."""
+    return module.__dict__.get(COMPILED_CALL_IMPL)
+
+
+def set_compiled_call_impl(module: Any, call: Callable[..., Any] | None) -> None:
+    """Make ``module(...)`` run ``call`` (None: its own forward again), as ``compile()`` does.
+
+    ``nn.Module.__init__`` sets the attribute to None, and ``__call__`` reads it.
+    """
+    setattr(module, COMPILED_CALL_IMPL, call)
+
+
+def has_module_hooks(module: Any) -> bool:
+    """Whether the module has forward or backward hooks of its own."""
+    return any(getattr(module, name, None) for name in MODULE_HOOK_NAMES)
+
+
+def redis_backend_class(remote_cache: ModuleType) -> type | None:
+    """Inductor's ``RedisRemoteCacheBackend`` when it still has ``_get`` and ``_put``."""
+    backend = getattr(remote_cache, "RedisRemoteCacheBackend", None)
+    if not isinstance(backend, type):
+        return None
+    if not all(callable(getattr(backend, name, None)) for name in REDIS_BACKEND_METHODS):
+        return None
+    return backend
+
+
+def c10d_store() -> Any:
+    """The default process group's c10d store, or None without one.
+
+    The speed-up measurement exchanges its figures there, never on the training group.
+    """
+    try:
+        from torch.distributed import distributed_c10d
+
+        return distributed_c10d._get_default_store()
+    except (ImportError, AttributeError, RuntimeError, ValueError):
+        return None
