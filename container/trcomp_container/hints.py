@@ -6,9 +6,9 @@ message, as recorded by the metrics hook), never on file names in a traceback.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from trcomp_container.inprocess.record import ErrorReport
 
 __all__ = ["HINTS", "Hint", "hint_for"]
 
@@ -46,11 +46,11 @@ HINTS: tuple[Hint, ...] = (
 )
 
 
-def hint_for(backend: str | None, error: Mapping[str, Any]) -> str | None:
-    """The change that fixes ``error`` (the hook's record) under ``backend``, if known."""
+def hint_for(backend: str | None, error: ErrorReport) -> str | None:
+    """The change that fixes ``error`` (a rank record's) under ``backend``, if known."""
     for hint in HINTS:
-        if hint.backend not in (None, backend) or error.get("type") != hint.error_type:
+        if hint.backend not in (None, backend) or error.type != hint.error_type:
             continue
-        if hint.phrase in str(error.get("message", "")):
+        if hint.phrase in str(error.message):
             return hint.change
     return None

@@ -1,8 +1,9 @@
 """Aggregate the per-process metrics into ``summary.json`` and the metric log lines.
 
-Each training process writes ``rank<N>-pid<P>.json`` (see ``hook/sitecustomize.py``);
-this module reads them, keeps one record per rank, and reports the slowest
-rank's numbers, since the job is as slow as its slowest rank.
+Each training process writes ``rank<N>-pid<P>.json`` (a
+:class:`~trcomp_container.inprocess.record.RankRecord`); this module reads them,
+keeps one record per rank, and reports the slowest rank's numbers, since the
+job is as slow as its slowest rank.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 from trcomp.contract.metrics import METRICS, format_metric
 from trcomp_container import switch_report
+from trcomp_container.inprocess import record as rank_record
+from trcomp_container.inprocess.record import RankRecord
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -32,24 +35,27 @@ _WARMUP_INTERVALS = 2
 _XLA_CACHE_FAILURE = "PersistentCacheDeserializeFailure"
 
 
-def read_rank_records(metrics_dir: Path) -> list[dict[str, Any]]:
-    """One record per rank: the process of that rank that stepped most (or failed)."""
-    best: dict[int, dict[str, Any]] = {}
-    for path in sorted(Path(metrics_dir).glob("rank*-pid*.json")):
+def read_rank_records(metrics_dir: Path) -> list[RankRecord]:
+    """One record per rank: the process of that rank that stepped most (or failed).
+
+    A file that cannot be read or is not a record is left out.
+    """
+    best: dict[int, RankRecord] = {}
+    for path in sorted(Path(metrics_dir).glob(rank_record.RECORD_GLOB)):
         try:
-            record = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            record = rank_record.read(path)
+        except (OSError, ValueError):
             continue
-        rank = int(record.get("rank", 0))
+        rank = int(record.rank)
         current = best.get(rank)
         if current is None or _weight(record) > _weight(current):
             best[rank] = record
     return [best[rank] for rank in sorted(best)]
 
 
-def _weight(record: Mapping[str, Any]) -> tuple[int, int, int]:
-    compile_events = int((record.get("compile") or {}).get("events", 0))
-    return (int(record.get("steps", 0)), 1 if record.get("error") else 0, compile_events)
+def _weight(record: RankRecord) -> tuple[int, int, int]:
+    compile_events = int(record.compile.events) if record.compile is not None else 0
+    return (int(record.steps), 1 if record.error else 0, compile_events)
 
 
 def steady_step_time(intervals: Sequence[float], skip_steps: Sequence[int] = ()) -> float | None:
@@ -65,39 +71,37 @@ def steady_step_time(intervals: Sequence[float], skip_steps: Sequence[int] = ())
     return float(statistics.median(steady))
 
 
-def _rank_metrics(record: Mapping[str, Any]) -> dict[str, float | None]:
-    compile_info = record.get("compile") or {}
-    xla = record.get("xla")
-    jax = record.get("jax")
+def _rank_metrics(record: RankRecord) -> dict[str, float | None]:
+    jax, xla, compile_info = record.jax, record.xla, record.compile
     if jax:
         compile_time = float(jax.get("compile_time_s", 0.0))
         graphs = int(jax.get("programs_compiled", 0))
         recompiles = int(jax.get("recompiles_after_warmup", 0))
         graph_breaks = 0
-    elif xla:
-        compile_time = float(xla.get("compile_time_s", 0.0))
-        graphs = int(xla.get("compiles", 0))
-        recompiles = int(xla.get("compiles_after_warmup") or 0)
+    elif xla is not None:
+        compile_time = float(xla.compile_time_s)
+        graphs = int(xla.compiles)
+        recompiles = int(xla.compiles_after_warmup or 0)
         graph_breaks = 0
+    elif compile_info is not None:
+        compile_time = float(compile_info.time_s)
+        graphs = int(compile_info.graphs)
+        recompiles = int(compile_info.recompiles)
+        graph_breaks = int(compile_info.graph_breaks)
     else:
-        compile_time = float(compile_info.get("time_s", 0.0))
-        graphs = int(compile_info.get("graphs", 0))
-        recompiles = int(compile_info.get("recompiles", 0))
-        graph_breaks = int(compile_info.get("graph_breaks", 0))
-    step = steady_step_time(
-        record.get("step_intervals_s") or [], switch_report.eager_step_numbers(record)
-    )
-    decision = (record.get("speedup") or {}).get("decision") or {}
+        compile_time, graphs, recompiles, graph_breaks = 0.0, 0, 0, 0
+    step = steady_step_time(record.step_intervals_s, switch_report.eager_step_numbers(record))
+    decision = record.speedup.decision if record.speedup is not None else None
     return {
         "compile_time_s": compile_time,
         "graphs_compiled": graphs,
         "recompiles": recompiles,
         "graph_breaks": graph_breaks,
-        "first_step_s": record.get("first_step_s"),
+        "first_step_s": record.first_step_s,
         "step_time_s": step,
         "steps_per_s": (1.0 / step) if step else None,
-        "eager_step_s": decision.get("eager_step_s"),
-        "speedup_vs_eager": decision.get("speedup"),
+        "eager_step_s": decision.eager_step_s if decision is not None else None,
+        "speedup_vs_eager": decision.speedup if decision is not None else None,
     }
 
 
@@ -114,32 +118,16 @@ def _slowest(per_rank: list[dict[str, float | None]]) -> dict[str, float]:
 
 
 def build_summary(
-    records: list[dict[str, Any]], *, job: Mapping[str, Any], warnings: Sequence[str] = ()
+    records: Sequence[RankRecord], *, job: Mapping[str, Any], warnings: Sequence[str] = ()
 ) -> dict[str, Any]:
     """The summary.json body: job facts, aggregated metrics, one entry per rank."""
     per_rank = [_rank_metrics(record) for record in records]
     versions: dict[str, str] = {}
     for record in records:
-        versions.update(record.get("versions") or {})
-    ranks = []
-    for record, metrics in zip(records, per_rank, strict=True):
-        compile_info = record.get("compile") or {}
-        ranks.append(
-            {
-                "rank": record.get("rank"),
-                "pid": record.get("pid"),
-                "steps": record.get("steps", 0),
-                "step_clock": record.get("step_clock", "cpu"),
-                **metrics,
-                "graph_break_reasons": compile_info.get("graph_break_reasons", {}),
-                "compile_cache": compile_info.get("cache"),
-                "xla": record.get("xla"),
-                "jax": record.get("jax"),
-                "error": record.get("error"),
-                "autocompile": record.get("autocompile"),
-                "speedup": record.get("speedup"),
-            }
-        )
+        versions.update(record.versions)
+    ranks = [
+        _rank_entry(record, metrics) for record, metrics in zip(records, per_rank, strict=True)
+    ]
     backend, engine = job.get("backend"), job.get("engine")
     silent = switch_report.nothing_compiled(
         records, backend, engine, auto_compile=bool(job.get("auto_compile", True))
@@ -159,14 +147,33 @@ def build_summary(
     }
 
 
-def _derived_warnings(records: list[dict[str, Any]]) -> list[str]:
+def _rank_entry(record: RankRecord, metrics: Mapping[str, float | None]) -> dict[str, Any]:
+    """One rank's entry of summary.json's ``ranks``: the record's parts as its JSON has them."""
+    compile_info = record.compile
+    cache = compile_info.cache if compile_info is not None else None
+    return {
+        "rank": record.rank,
+        "pid": record.pid,
+        "steps": record.steps,
+        "step_clock": record.step_clock,
+        **metrics,
+        "graph_break_reasons": dict(compile_info.graph_break_reasons) if compile_info else {},
+        "compile_cache": cache.to_json() if cache is not None else None,
+        "xla": record.xla.to_json() if record.xla is not None else None,
+        "jax": record.jax,
+        "error": record.error.to_json() if record.error is not None else None,
+        "autocompile": record.autocompile.to_json() if record.autocompile is not None else None,
+        "speedup": record.speedup.to_json() if record.speedup is not None else None,
+    }
+
+
+def _derived_warnings(records: Sequence[RankRecord]) -> list[str]:
     return [*switch_report.compiled_less(records), *_xla_cache_warnings(records)]
 
 
-def _xla_cache_warnings(records: list[dict[str, Any]]) -> list[str]:
+def _xla_cache_warnings(records: Sequence[RankRecord]) -> list[str]:
     unreadable = sum(
-        int(((record.get("xla") or {}).get("counters") or {}).get(_XLA_CACHE_FAILURE, 0))
-        for record in records
+        int(record.xla.counters.get(_XLA_CACHE_FAILURE, 0)) for record in records if record.xla
     )
     if not unreadable:
         return []

@@ -1,15 +1,18 @@
 """What the job compiled, and whether compiling paid: the summary's ``compiled`` and ``speedup``.
 
-Read from the per-process records the start-up hook writes (``autocompile``,
-``speedup``, ``compile``, ``xla``, ``jax``; see ``hook/trcomp_switch.py``).
+Read from the per-process records the start-up hook writes (their ``autocompile``,
+``speedup``, ``compile``, ``xla`` and ``jax`` parts; see
+:mod:`trcomp_container.inprocess.record`).
 A job with a compiler on that compiled nothing gets a warning saying why and
 the one change to make: the compiler must never be silently off.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
+
+from trcomp_container.inprocess.record import RankRecord
 
 __all__ = [
     "compiled_less",
@@ -20,17 +23,15 @@ __all__ = [
     "warm_start",
 ]
 
-Record = Mapping[str, Any]
 
-
-def _count(record: Record) -> tuple[int, str]:
+def _count(record: RankRecord) -> tuple[int, str]:
     """Graphs (or programs) this process compiled, and what to call them."""
-    if record.get("jax"):
-        return int(record["jax"].get("programs_compiled", 0)), "compile_step program"
-    if record.get("xla"):
-        return int(record["xla"].get("compiles", 0)), "XLA program"
+    if record.jax:
+        return int(record.jax.get("programs_compiled", 0)), "compile_step program"
+    if record.xla is not None:
+        return int(record.xla.compiles), "XLA program"
     # Loaded ahead-of-time artifacts included (the hook adds them: dynamo never saw them).
-    return int((record.get("compile") or {}).get("graphs", 0)), "graph"
+    return (int(record.compile.graphs) if record.compile is not None else 0), "graph"
 
 
 _AOT_TEXT = {
@@ -40,16 +41,17 @@ _AOT_TEXT = {
 }
 
 
-def warm_start(records: Sequence[Record], cache_warm: bool) -> str:
+def warm_start(records: Sequence[RankRecord], cache_warm: bool) -> str:
     """Where the first compiled step came from: ``aot artifact``, ``compile cache`` or ``cold``.
 
     Rank 0's view, as :func:`compiled_text`. ``cache_warm``: the job's compile
     cache held files when it started.
     """
-    if records:
-        modules = (records[0].get("autocompile") or {}).get("modules") or []
-        if any((entry.get("aot") or {}).get("path") == "loaded" for entry in modules):
-            return "aot artifact"
+    auto = records[0].autocompile if records else None
+    if auto is not None and any(
+        entry.aot is not None and entry.aot.path == "loaded" for entry in auto.modules
+    ):
+        return "aot artifact"
     return "compile cache" if cache_warm else "cold"
 
 
@@ -57,7 +59,7 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def compiled_text(records: Sequence[Record], backend: str | None) -> str:
+def compiled_text(records: Sequence[RankRecord], backend: str | None) -> str:
     """One line: which modules were compiled, by whom, and how many graphs (rank 0's view)."""
     if backend is None:
         return "nothing (compiler off)"
@@ -65,20 +67,21 @@ def compiled_text(records: Sequence[Record], backend: str | None) -> str:
         return "nothing (the script did not run)"
     record = records[0]
     count, noun = _count(record)
-    auto = record.get("autocompile") or {}
+    auto = record.autocompile
     parts = []
-    for entry in auto.get("modules", []):
-        if entry.get("failed"):
+    for entry in auto.modules if auto is not None else []:
+        if entry.failed:
             how = "failed, ran eager"
-        elif entry.get("ran_compiled") is False:
+        elif not entry.ran_compiled:
             how = "compiled by trcomp but ran eager at the end"
         else:
             how = "by trcomp, no code change"
-        if entry.get("regional"):
-            how += f", regional: {entry['regional']}"
-        how += _AOT_TEXT.get(str((entry.get("aot") or {}).get("path")), "")
-        parts.append(f"{entry['module']} ({how})")
-    parts.extend(f"{name} (by the script)" for name in auto.get("script_compiled", []))
+        if entry.regional:
+            how += f", regional: {entry.regional}"
+        how += _AOT_TEXT.get(entry.aot.path if entry.aot is not None else "", "")
+        parts.append(f"{entry.module} ({how})")
+    if auto is not None:
+        parts.extend(f"{name} (by the script)" for name in auto.script_compiled)
     who = ", ".join(parts) if parts else None
     if not count:
         return f"nothing{f': {who}' if who else ''}"
@@ -86,7 +89,7 @@ def compiled_text(records: Sequence[Record], backend: str | None) -> str:
 
 
 def nothing_compiled(
-    records: Sequence[Record], backend: str | None, engine: str | None, *, auto_compile: bool
+    records: Sequence[RankRecord], backend: str | None, engine: str | None, *, auto_compile: bool
 ) -> str | None:
     """The warning for a job whose compiler was on and compiled nothing; None otherwise."""
     if backend is None or not records:
@@ -94,8 +97,8 @@ def nothing_compiled(
     if any(_count(record)[0] for record in records):
         return None
     record = records[0]
-    decision = ((record.get("speedup") or {}).get("decision")) or {}
-    if decision.get("keep") == "eager" and decision.get("source") == "stored":
+    decision = record.speedup.decision if record.speedup is not None else None
+    if decision is not None and decision.keep == "eager" and decision.source == "stored":
         return None  # ran eager on purpose: speedup says so
     head = f"backend {backend} was on but nothing was compiled"
     if engine == "jax":
@@ -108,16 +111,16 @@ def nothing_compiled(
             f"{head}: the script never ran a graph on the XLA device. Put the model and "
             "batches on trcomp.runtime.device() (docs/runtime.md)."
         )
-    auto = record.get("autocompile") or {}
-    failed = [entry for entry in auto.get("modules", []) if entry.get("failed")]
+    auto = record.autocompile
+    failed = [entry for entry in auto.modules if entry.failed] if auto is not None else []
     if failed:
         entry = failed[0]
         return (
-            f"{head}: compiling {entry['module']} failed ({entry['failed']}), so it ran eager "
+            f"{head}: compiling {entry.module} failed ({entry.failed}), so it ran eager "
             "(fallback='eager'). Fix what the error names, or set fallback='fail' to stop "
             "such jobs."
         )
-    breaks = (record.get("compile") or {}).get("graph_break_reasons") or {}
+    breaks = record.compile.graph_break_reasons if record.compile is not None else {}
     if breaks:
         reason = next(iter(breaks))
         return (
@@ -130,7 +133,7 @@ def nothing_compiled(
             f"{head}: auto_compile=False and the script compiled nothing itself. Set "
             "auto_compile=True, or compile the model with trcomp.runtime.compile(model)."
         )
-    skipped = auto.get("skipped") or {}
+    skipped = auto.skipped if auto is not None else {}
     seen = "; ".join(f"{name}: {why}" for name, why in list(skipped.items())[:5])
     return (
         f"{head}: no module was called in training mode with trainable parameters before "
@@ -139,32 +142,29 @@ def nothing_compiled(
     )
 
 
-def eager_step_numbers(record: Record) -> list[int]:
+def eager_step_numbers(record: RankRecord) -> list[int]:
     """The 1-based steps this process ran eager to measure the speed-up."""
-    return list((record.get("speedup") or {}).get("eager_steps") or [])
+    return list(record.speedup.eager_steps or []) if record.speedup is not None else []
 
 
-def speedup_summary(records: Sequence[Record]) -> dict[str, Any] | None:
+def speedup_summary(records: Sequence[RankRecord]) -> dict[str, Any] | None:
     """The job's one decision (every rank agreed on it), or why there is none."""
-    if not records:
-        return None
-    reports: list[Record] = [r["speedup"] for r in records if r.get("speedup")]
+    reports = [record.speedup for record in records if record.speedup is not None]
     if not reports:
         return None
-    report = next((r for r in reports if r.get("decision")), reports[0])
-    decision: Mapping[str, Any] = report.get("decision") or {}
-    body: dict[str, Any] = {
-        "kept": decision.get("keep"),
-        "eager_step_s": decision.get("eager_step_s"),
-        "compiled_step_s": decision.get("compiled_step_s"),
-        "speedup_vs_eager": decision.get("speedup"),
-        "reason": decision.get("reason") or report.get("not_measured"),
-        "source": decision.get("source"),
-        "eager_steps": report.get("eager_steps") or [],
-        "cost_s": report.get("cost_s"),
-        "cost_share": report.get("cost_share"),
+    report = next((r for r in reports if r.decision is not None), reports[0])
+    decision = report.decision
+    return {
+        "kept": decision.keep if decision else None,
+        "eager_step_s": decision.eager_step_s if decision else None,
+        "compiled_step_s": decision.compiled_step_s if decision else None,
+        "speedup_vs_eager": decision.speedup if decision else None,
+        "reason": (decision.reason if decision else None) or report.not_measured,
+        "source": decision.source if decision else None,
+        "eager_steps": list(report.eager_steps or []),
+        "cost_s": report.cost_s,
+        "cost_share": report.cost_share,
     }
-    return body
 
 
 def _limit_fix(limit: str) -> str:
@@ -182,33 +182,33 @@ def _limit_fix(limit: str) -> str:
     )
 
 
-def compiled_less(records: Sequence[Record]) -> list[str]:
+def compiled_less(records: Sequence[RankRecord]) -> list[str]:
     """Warnings for a job that compiled less than it would otherwise say.
 
     A module the hook compiled that dynamo then ran eager (its recompile limit hit,
     the frame skipped), and a model left eager because of ``nn.DataParallel``.
     """
-    if not records:
+    auto = records[0].autocompile if records else None
+    if auto is None:
         return []
-    auto = records[0].get("autocompile") or {}
     warnings = []
-    for entry in auto.get("modules", []):
-        if entry.get("failed") or not entry.get("eager_calls"):
+    for entry in auto.modules:
+        if entry.failed or not entry.eager_calls:
             continue
-        limit = entry.get("limit")
-        ended = "and ran eager at the end" if not entry.get("ran_compiled") else "at times"
+        limit = entry.limit
+        ended = "and ran eager at the end" if not entry.ran_compiled else "at times"
         why = (
             f"dynamo hit its {limit.split(':', 1)[0]}: {_limit_fix(limit)}"
             if limit
             else "dynamo skipped its frame (run with TORCH_LOGS=recompiles,graph_breaks to see why)"
         )
         warnings.append(
-            f"{entry['module']} was compiled, but {entry['eager_calls']} of its "
-            f"{entry.get('calls', 0)} calls ran eager {ended}: {why}"
+            f"{entry.module} was compiled, but {entry.eager_calls} of its "
+            f"{entry.calls} calls ran eager {ended}: {why}"
         )
-    for name, reason in (auto.get("skipped") or {}).items():
+    for name, reason in auto.skipped.items():
         if "DataParallel" in reason:
             warnings.append(f"{name} was not compiled: {reason}")
-    if auto.get("error"):
-        warnings.append(str(auto["error"]))
+    if auto.error:
+        warnings.append(str(auto.error))
     return warnings

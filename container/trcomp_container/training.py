@@ -398,14 +398,14 @@ def _outcome(
         rank, returncode = root_cause
         exit_code, how = describe_exit(returncode)
         how = f"{how} (rank {rank}; torchrun stopped the other workers)"
-    errors = [r["error"] for r in summary_module.read_rank_records(metrics_dir) if r.get("error")]
+    errors = [r.error for r in summary_module.read_rank_records(metrics_dir) if r.error]
     if errors:
         error = errors[0]
         hint = hint_for(backend, error)
         fix = f"\nFix: {hint}" if hint else ""
         return exit_code, (
-            f"{error['type']}: {error['message']} (the training script {how}){fix}\n\n"
-            f"{error['traceback_tail']}"
+            f"{error.type}: {error.message} (the training script {how}){fix}\n\n"
+            f"{error.traceback_tail}"
         )
     tail = "\n".join(result.stderr_tail.strip().splitlines()[-_TAIL_LINES:])
     return exit_code, f"the training script {how}" + (f"\n\nstderr tail:\n{tail}" if tail else "")
@@ -414,7 +414,7 @@ def _outcome(
 def _report(job: Job, report: _Report, metrics_dir: Path) -> None:
     records = summary_module.read_rank_records(metrics_dir) if metrics_dir.is_dir() else []
     for record in records:  # e.g. an inductor option this torch refused to apply
-        report.warnings.extend(w for w in record.get("warnings") or [] if w not in report.warnings)
+        report.warnings.extend(w for w in record.warnings if w not in report.warnings)
     summary = summary_module.build_summary(records, job=report.facts, warnings=report.warnings)
     try:
         summary_module.write_summary(job.paths.compiler / "summary.json", summary)

@@ -188,14 +188,14 @@ def check_step_metric(args: argparse.Namespace, cap: float) -> dict[str, Any]:
     if not records:
         return {**result, "status": "FAILED: the metrics hook wrote no record"}
     record = records[0]
-    intervals = record["step_intervals_s"]
+    intervals = record.step_intervals_s
     metric = steady_step_time(intervals)  # what summary.json reports: a median
     timed = intervals[-result["steps_timed"] :]
     mean = sum(timed) / len(timed) if timed else None  # over the same steps as the reference
     reference = result["reference_step_s"]
     result.update(
-        hook_steps=record["steps"],
-        hook_step_clock=record.get("step_clock"),
+        hook_steps=record.steps,
+        hook_step_clock=record.step_clock,
         hook_step_s=metric,
         hook_mean_step_s=mean,
         metric_over_reference=(metric / reference) if metric and reference else None,
@@ -251,16 +251,17 @@ def job_speedup(metrics_dir: Path) -> dict[str, Any] | None:
     if not records:
         return None
     record = records[0]
-    decision = (record.get("speedup") or {}).get("decision") or {}
+    auto, speedup = record.autocompile, record.speedup
+    decision = speedup.decision if speedup is not None else None
     return {
-        "compiled_modules": (record.get("autocompile") or {}).get("modules"),
-        "graphs": (record.get("compile") or {}).get("graphs"),
-        "speedup_vs_eager": decision.get("speedup"),
-        "kept": decision.get("keep"),
-        "eager_step_s": decision.get("eager_step_s"),
-        "compiled_step_s": decision.get("compiled_step_s"),
-        "measurement": record.get("speedup"),
-        "step_clock": record.get("step_clock"),
+        "compiled_modules": [m.to_json() for m in auto.modules] if auto is not None else None,
+        "graphs": record.compile.graphs if record.compile is not None else None,
+        "speedup_vs_eager": decision.speedup if decision else None,
+        "kept": decision.keep if decision else None,
+        "eager_step_s": decision.eager_step_s if decision else None,
+        "compiled_step_s": decision.compiled_step_s if decision else None,
+        "measurement": speedup.to_json() if speedup is not None else None,
+        "step_clock": record.step_clock,
     }
 
 

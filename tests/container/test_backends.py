@@ -74,11 +74,12 @@ def test_gpu_hosts_never_fall_back_to_cpu(monkeypatch):
 
 def test_known_failures_come_with_the_one_line_fix():
     from trcomp_container.hints import hint_for
+    from trcomp_container.inprocess.record import ErrorReport
 
-    fused = {"type": "RuntimeError", "message": "`fused=True` requires all the params to be"}
+    fused = ErrorReport("RuntimeError", "`fused=True` requires all the params to be")
     assert "optim='adamw_torch'" in (hint_for("xla", fused) or "")
     assert hint_for("inductor", fused) is None
-    assert hint_for("xla", {"type": "ValueError", "message": "bad"}) is None
+    assert hint_for("xla", ErrorReport("ValueError", "bad")) is None
 
 
 def test_cpu_inductor_needs_a_cxx_compiler():

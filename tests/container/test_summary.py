@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from trcomp.contract.metrics import parse_metrics
+from trcomp_container.inprocess.record import RankRecord
 from trcomp_container.summary import (
     build_summary,
     metric_lines,
@@ -14,7 +15,8 @@ from trcomp_container.summary import (
 )
 
 
-def record(rank, steps, intervals, compile_s=2.0, graphs=3, pid=1, **extra):
+def body(rank, steps, intervals, compile_s=2.0, graphs=3, pid=1, **extra):
+    """A rank record's JSON, as the hook writes it."""
     return {
         "rank": rank,
         "pid": pid,
@@ -36,18 +38,24 @@ def record(rank, steps, intervals, compile_s=2.0, graphs=3, pid=1, **extra):
     }
 
 
+def record(*args, **kwargs) -> RankRecord:
+    return RankRecord.from_json(body(*args, **kwargs))
+
+
 def test_steady_step_time_skips_warm_up():
     assert steady_step_time([9.0, 5.0, 1.0, 1.0, 1.0, 2.0]) == 1.0
     assert steady_step_time([]) is None
 
 
 def test_one_record_per_rank_prefers_the_process_that_stepped(tmp_path):
-    (tmp_path / "rank0-pid1.json").write_text(json.dumps(record(0, 0, [], pid=1)))
-    (tmp_path / "rank0-pid2.json").write_text(json.dumps(record(0, 5, [0.1] * 4, pid=2)))
-    (tmp_path / "rank1-pid3.json").write_text(json.dumps(record(1, 5, [0.2] * 4, pid=3)))
+    (tmp_path / "rank0-pid1.json").write_text(json.dumps(body(0, 0, [], pid=1)))
+    (tmp_path / "rank0-pid2.json").write_text(json.dumps(body(0, 5, [0.1] * 4, pid=2)))
+    (tmp_path / "rank1-pid3.json").write_text(json.dumps(body(1, 5, [0.2] * 4, pid=3)))
     (tmp_path / "rank2-pid4.json").write_text("{not json")
+    (tmp_path / "rank3-pid5.json").write_text(json.dumps({"rank": 3, "compile": [1]}))
     records = read_rank_records(tmp_path)
-    assert [(r["rank"], r["pid"]) for r in records] == [(0, 2), (1, 3)]
+    assert [(r.rank, r.pid) for r in records] == [(0, 2), (1, 3)]
+    assert records[0] == RankRecord.from_json(body(0, 5, [0.1] * 4, pid=2))
 
 
 def test_summary_reports_the_slowest_rank_and_lines_parse_back():
