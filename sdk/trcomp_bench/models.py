@@ -1,7 +1,7 @@
 """The loss wrappers of the reference workloads, as module-level classes.
 
 Module-level on purpose: an ahead-of-time artifact (torch >= 2.14,
-``trcomp_aot``) refers to the model's classes by import path, so a class
+``trcomp_container.inprocess.aot``) refers to the model's classes by import path, so a class
 defined inside a function cannot be saved, and the AOT rows would measure
 the fallback. Imports torch: :mod:`trcomp_bench.workloads` imports this
 module only when it builds a model.

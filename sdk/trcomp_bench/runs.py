@@ -54,12 +54,12 @@ try:
     if found["gpu_count"]:
         found["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
         found["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-except Exception as exc:
+except Exception as exc:  # a broken torch or CUDA is what this probe reports
     found["torch_error"] = f"{type(exc).__name__}: {exc}"
 for name in ("triton", "transformers", "accelerate"):
     try:
         found[name] = __import__(name).__version__
-    except Exception:
+    except Exception:  # absent or broken: either way no version to report
         found[name] = None
 print(json.dumps(found))
 """

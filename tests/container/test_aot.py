@@ -1,4 +1,4 @@
-"""Warm starts from ahead-of-time artifacts (trcomp_container.inprocess.aot), in real child processes.
+"""Warm starts from ahead-of-time artifacts (inprocess.aot), in real child processes.
 
 A plain loop (no trcomp import) runs under the start-up hook twice with the
 same compile cache (``TRCOMP_CACHE_DIR``), as two jobs of one lineage would.

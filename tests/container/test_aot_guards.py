@@ -1,4 +1,4 @@
-"""The guards an ahead-of-time artifact keeps (trcomp_container.inprocess.aot.saved_guards), in process.
+"""The guards an ahead-of-time artifact keeps (inprocess.aot.saved_guards), in process.
 
 torch's default guard filter for ``aot_compile`` fails on a model whose forward is
 wrapped by a decorator that reads the wrapped function's code, as transformers'

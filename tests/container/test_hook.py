@@ -1,4 +1,4 @@
-"""The in-process metrics hook (hook/sitecustomize.py), in a real Python child."""
+"""The start-up hook (hook/sitecustomize.py, trcomp_container.inprocess), in a Python child."""
 
 from __future__ import annotations
 
@@ -34,6 +34,17 @@ def test_hook_records_steps_and_the_uncaught_exception(tmp_path):
     assert record["error"]["type"] == "KeyError"
     assert "missing column 'label'" in record["error"]["message"]
     assert "Traceback" in record["error"]["traceback_tail"]
+
+
+@pytest.mark.slow
+def test_a_library_that_probes_for_torch_first_leaves_the_hook_on(tmp_path):
+    # `import datasets` asks importlib.util.find_spec("torch") before the script imports
+    # torch: the probe must not use up the hook's callback for torch.
+    probe = "import importlib.util\nassert importlib.util.find_spec('torch') is not None\n"
+    done = run_hooked(tmp_path, probe + STEPS)
+    assert done.returncode == 1, done.stderr
+    (path,) = (tmp_path / "ranks").glob("rank3-pid*.json")
+    assert json.loads(path.read_text())["steps"] == 6
 
 
 def test_processes_that_do_nothing_leave_no_file(tmp_path):

@@ -22,6 +22,7 @@ from trcomp_container.inprocess import autocompile
 from trcomp_container.inprocess import switch as switch_module
 from trcomp_container.inprocess.settings import Settings
 from trcomp_container.inprocess.speedup.key import module_signature
+
 switch_report = pytest.importorskip("trcomp_container.switch_report")
 rank_record = pytest.importorskip("trcomp_container.inprocess.record")
 torch = pytest.importorskip("torch")
@@ -219,7 +220,7 @@ def test_unfreezing_parameters_after_the_compile_compiles_afresh_and_trains_as_e
 
 
 def test_torch_alone_reuses_the_frozen_graph_on_2_9_and_recompiles_on_2_14():
-    # Why the hook compiles afresh when requires_grad changes (trcomp_autocompile
+    # Why the hook compiles afresh when requires_grad changes (inprocess.autocompile
     # AutoCompile._recompiled): torch.compile(model) alone, on 2.9, keeps running the
     # graph traced with the frozen parameters, so they get no gradients after unfreezing.
     # torch 2.14 recompiles by itself; the hook's fresh compile costs the same one compile.

@@ -17,7 +17,6 @@ from tests.helpers.hook import run_hooked
 from trcomp_container.inprocess.stepclock import StepClock
 from trcomp_container.summary import steady_step_time
 
-
 # Kernel durations on the simulated device's clock: each step a different length,
 # so an interval that is not the device's own (the CPU's, a neighbour's) shows.
 KERNEL_S = (0.05, 0.07, 0.02, 0.11, 0.05, 0.03, 0.08, 0.06)

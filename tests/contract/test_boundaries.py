@@ -1,9 +1,11 @@
 """The SDK/container boundary: the container reaches the SDK only through trcomp.contract.
 
-Each check imports modules in a fresh interpreter whose import system refuses
-(and records) the packages that side must not use, so an ``import sagemaker``
-added to a container module fails here, not only in the Docker suite (the
-image leaves the SageMaker SDK out).
+And through ``trcomp.runtime.regions``: the regional compilation the start-up
+hook shares with ``trcomp.runtime.compile``, whose package loads only the
+contract. Each check imports modules in a fresh interpreter whose import system
+refuses (and records) the packages that side must not use, so an ``import
+sagemaker`` added to a container module fails here, not only in the Docker
+suite (the image leaves the SageMaker SDK out).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ CONTAINER_DIR = Path(trcomp_container.__file__).resolve().parent
 
 # Allowed from the SDK package in the container: the contract and what it imports itself.
 CONTRACT_MODULES = ("trcomp", "trcomp._version", "trcomp.contract")
+# And the regional compilation the start-up hook shares with trcomp.runtime.compile
+# (its package loads the contract only).
+SHARED_RUNTIME = ("trcomp.runtime", "trcomp.runtime.regions")
 
 # Runs in the child: refuse and record imports of BLOCKED, import MODULES (and
 # the hook files), print what failed, what was refused and which trcomp modules loaded.
@@ -45,7 +50,7 @@ failed = {}
 for name in modules:
     try:
         importlib.import_module(name)
-    except BaseException:
+    except BaseException:  # any way an import fails (SystemExit too) is what the check reports
         failed[name] = traceback.format_exc(limit=3)
 for index, path in enumerate(hook_files):
     sys.path.insert(0, str(__import__("pathlib").Path(path).parent))
@@ -54,7 +59,7 @@ for index, path in enumerate(hook_files):
     sys.modules[spec.name] = module  # dataclasses look their module up by name
     try:
         spec.loader.exec_module(module)
-    except BaseException:
+    except BaseException:  # as above
         failed[path] = traceback.format_exc(limit=3)
 loaded = sorted(m for m in sys.modules if m == "trcomp" or m.startswith(("trcomp.", "trcomp_")))
 print(json.dumps({"failed": failed, "refused": sorted(set(refused)), "loaded": loaded}))
@@ -84,22 +89,26 @@ def _modules(root: Path, package: str, skip: tuple[str, ...] = ()) -> list[str]:
     return names
 
 
-def _outside_contract(loaded: list[str]) -> list[str]:
+def _outside_contract(loaded: list[str], allowed: tuple[str, ...] = ()) -> list[str]:
     sdk_side = [m for m in loaded if m == "trcomp" or m.startswith("trcomp.")]
     return [
-        m for m in sdk_side if m not in CONTRACT_MODULES and not m.startswith("trcomp.contract.")
+        m
+        for m in sdk_side
+        if m not in CONTRACT_MODULES + allowed and not m.startswith("trcomp.contract.")
     ]
 
 
 def test_every_container_module_imports_without_the_sagemaker_sdk() -> None:
     modules = _modules(CONTAINER_DIR, "trcomp_container")
     hooks = [str(p) for p in sorted(HOOK_DIR.glob("*.py"))]
-    assert "trcomp_container.training" in modules and len(hooks) == 9
+    # hook/ holds the sitecustomize shim alone; what it starts is trcomp_container.inprocess.
+    assert "trcomp_container.training" in modules and len(hooks) == 1
+    assert "trcomp_container.inprocess.session" in modules
     # boto3 stays allowed: the training toolkit, which the image has, needs it.
     result = _run(["sagemaker", "sagemaker_core"], modules, hooks)
     assert result["failed"] == {}
     assert result["refused"] == []
-    assert _outside_contract(result["loaded"]) == []
+    assert _outside_contract(result["loaded"], SHARED_RUNTIME) == []
 
 
 def test_the_contract_imports_without_sagemaker_torch_or_the_rest_of_trcomp() -> None:
@@ -111,11 +120,26 @@ def test_the_contract_imports_without_sagemaker_torch_or_the_rest_of_trcomp() ->
     assert _outside_contract(result["loaded"]) == []
 
 
+def test_the_runtime_helpers_import_without_torch_jax_or_the_sagemaker_sdk() -> None:
+    """``trcomp.runtime`` and its ``regions`` load in a training script and in the
+    start-up hook before torch does: they import the contract and nothing heavy."""
+    blocked = ["sagemaker", "sagemaker_core", "torch", "jax", "torchax", "trcomp_container"]
+    result = _run(blocked, list(SHARED_RUNTIME))
+    assert result["failed"] == {}
+    assert result["refused"] == []
+    assert _outside_contract(result["loaded"], SHARED_RUNTIME) == []
+
+
 # cli.__main__ runs the CLI; trcomp.v3 needs the SageMaker SDK v3, which cannot share
 # this environment with v2 (the static check below reads its source all the same).
 SDK_SKIP = ("trcomp.cli.__main__", "trcomp.v3")
 # Modules of an optional extra, checked where the extra is installed.
-NEEDS = {"trcomp._jax_conv": "jax", "trcomp._jax_state": "jax", "trcomp.runtime_jax": "jax"}
+NEEDS = {
+    "trcomp.runtime.jax_conv": "jax",
+    "trcomp.runtime.jax_engine": "jax",
+    "trcomp.runtime.jax_env": "jax",
+    "trcomp.runtime.jax_state": "jax",
+}
 
 
 def test_no_sdk_module_imports_the_container_package() -> None:

@@ -145,7 +145,9 @@ class AutoCompile:
         log_filter = LimitLog(self.limit_hit)
         logger = logging.getLogger(LIMIT_LOGGER)
         logger.addFilter(log_filter)
-        ledger.record("autocompile: recompile-limit log filter", lambda: logger.removeFilter(log_filter))
+        ledger.record(
+            "autocompile: recompile-limit log filter", lambda: logger.removeFilter(log_filter)
+        )
         handles = [
             register_module_forward_pre_hook(self._pre),
             register_module_forward_hook(self._post, always_call=True),
@@ -274,7 +276,9 @@ class AutoCompile:
             return
         if entry.call.groups:
             groups = entry.call.groups
-            self._ledger.record(f"autocompile: regions of {name}", lambda: regions.unmark_regions(groups))
+            self._ledger.record(
+                f"autocompile: regions of {name}", lambda: regions.unmark_regions(groups)
+            )
         compiled: Callable[..., Any] = entry.call
         if self.aot_dir is not None and not entry.call.groups:
             entry.aot_off = unsupported_reason(self._torch, module, self.compile_kwargs)
@@ -409,7 +413,8 @@ class AutoCompile:
 
 def _drop_filter(entry: Any) -> None:
     """Remove one entry of the warning filters (what ``filterwarnings`` added)."""
-    if entry in warnings.filters:
-        warnings.filters.remove(entry)
+    filters: Any = warnings.filters  # a list at run time (typeshed says Sequence)
+    if entry in filters:
+        filters.remove(entry)
         # What filterwarnings() itself calls after a change (Python 3.10 to 3.12).
         getattr(warnings, "_filters_mutated", lambda: None)()

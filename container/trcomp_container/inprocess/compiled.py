@@ -14,7 +14,15 @@ from typing import Any
 from trcomp.runtime.regions import RegionalCall
 from trcomp_container.inprocess.aot import AotCall
 
-__all__ = ["CODE_NAME", "REASON_CHARS", "CompiledModule", "LimitLog", "restore", "snapshot", "trained"]
+__all__ = [
+    "CODE_NAME",
+    "REASON_CHARS",
+    "CompiledModule",
+    "LimitLog",
+    "restore",
+    "snapshot",
+    "trained",
+]
 
 REASON_CHARS = 500
 CODE_NAME = "trcomp_compiled_{}"

@@ -1,4 +1,4 @@
-"""This rank's record, built from the session at exit (the writer of :class:`.record.RankRecord`)."""
+"""This rank's record, built from the session at exit (writes :class:`.record.RankRecord`)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,9 @@ def build_record(session: Session) -> RankRecord:
         if aot:  # a loaded artifact runs a compiled graph dynamo never counted; a
             # failed attempt's graph, which dynamo counted, never runs
             body["compile"]["graphs"] += aot["loaded"] - aot["discarded_graphs"]
-        body["xla"] = reports.xla_report(state.xla_compiles_at_step3, state.xla_compiles_at_last_step)
+        body["xla"] = reports.xla_report(
+            state.xla_compiles_at_step3, state.xla_compiles_at_last_step
+        )
         body["jax"] = reports.jax_report()
         if settings.debug:
             reports.write_debug_reports(settings.compiler_dir, settings.rank)

@@ -8,6 +8,7 @@ comparison is possible in the same process.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 from typing import Any
@@ -102,10 +103,9 @@ class Switch:
         if uses >= REMEASURE_AFTER:
             return  # measured again by this job, stored afresh
         if self.store is not None and self.settings.rank == 0:
-            try:
+            # The count of uses is advice; the decision still applies.
+            with contextlib.suppress(OSError):
                 self.store.save(self._key, stored, uses=uses + 1)
-            except OSError:
-                pass  # the count of uses is advice; the decision still applies
         # Measured by an earlier job of this lineage on the same model, inputs and versions.
         self.decision = stored
         self.probe.use_stored()

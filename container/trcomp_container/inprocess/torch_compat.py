@@ -43,7 +43,12 @@ __all__ = [
 
 COMPILED_CALL_IMPL = "_compiled_call_impl"
 """Where ``nn.Module.compile()`` keeps a module's compiled call (torch 2.2 to 2.14)."""
-MODULE_HOOK_NAMES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+MODULE_HOOK_NAMES = (
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+)
 """A module's own hook dictionaries (``forward`` alone does not run them)."""
 CODECACHE_HEADER_NAMES = ("_HEADER_DIR", "_HEADER_LOCK_DIR")
 """Where inductor keeps precompiled headers (``torch._inductor.codecache``)."""

@@ -223,7 +223,7 @@ def check_bucket_owner(s3: Any, bucket: str, account: str, *, where: str) -> Non
     """
     try:
         owned = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
-    except Exception as exc:
+    except Exception as exc:  # botocore raises many kinds; the code decides, others re-raise
         if error_code(exc) not in ("AccessDenied", "AllAccessDisabled"):
             raise
         owned = None
@@ -233,7 +233,7 @@ def check_bucket_owner(s3: Any, bucket: str, account: str, *, where: str) -> Non
         raise SharedCacheError(_not_owned(bucket, account, where))
     try:
         s3.head_bucket(Bucket=bucket, ExpectedBucketOwner=account)
-    except Exception as exc:
+    except Exception as exc:  # botocore raises many kinds; error_code() sorts them
         code = error_code(exc)
         if code in ("AccessDenied", "403", "Forbidden"):
             raise SharedCacheError(

@@ -97,7 +97,7 @@ class _AccountBlock:
             return {}
         try:
             answer = self._s3control.get_public_access_block(AccountId=self._account)
-        except Exception as exc:
+        except Exception as exc:  # botocore raises many kinds; error_code() sorts them
             # Not knowing only makes the check stricter: the bucket's facts decide.
             code = error_code(exc)
             if code == "NoSuchPublicAccessBlockConfiguration":
@@ -113,7 +113,7 @@ class _AccountBlock:
 def _call(method: Any, bucket: str, account: str, where: str, action: str) -> dict[str, Any]:
     try:
         return dict(method(Bucket=bucket, ExpectedBucketOwner=account))
-    except Exception as exc:
+    except Exception as exc:  # botocore raises many kinds; error_code() sorts them
         code = error_code(exc)
         if code in _NO_CONFIG:
             return {}

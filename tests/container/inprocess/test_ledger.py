@@ -51,7 +51,8 @@ import torch.optim.optimizer as optimizer_hooks
 from torch._dynamo.callback import callback_handler
 
 torch.manual_seed(0)
-model = torch.compile(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)))
+net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+model = torch.compile(net)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for step in range(16):
     loss = model(torch.randn(8, 4)).pow(2).mean()
@@ -92,14 +93,19 @@ state = {
     },
     "meta_path": names(sys.meta_path),
     "excepthook": getattr(sys.excepthook, "__qualname__", "?"),
-    "compile_callbacks": [len(callback_handler.start_callbacks), len(callback_handler.end_callbacks)],
+    "compile_callbacks": [
+        len(callback_handler.start_callbacks), len(callback_handler.end_callbacks)
+    ],
     "reorderable": names(dynamo_config.reorderable_logging_functions),
     "redis_backend": [
-        getattr(remote_cache.RedisRemoteCacheBackend, name).__qualname__ for name in ("_get", "_put")
+        getattr(remote_cache.RedisRemoteCacheBackend, name).__qualname__
+        for name in ("_get", "_put")
     ],
     "header_dir": str(codecache._HEADER_DIR),
     "stance": repr(eval_frame._stance),
-    "module_hooks": [len(module_hooks._global_forward_pre_hooks), len(module_hooks._global_forward_hooks)],
+    "module_hooks": [
+        len(module_hooks._global_forward_pre_hooks), len(module_hooks._global_forward_hooks)
+    ],
     "optimizer_hooks": len(optimizer_hooks._global_optimizer_post_hooks),
 }
 print("STATE" + json.dumps({"state": state, "stays": stays}))

@@ -54,9 +54,7 @@ class RedisGuard:
         return call
 
 
-def install(
-    remote_cache: ModuleType, guard: RedisGuard
-) -> Callable[[], None] | None:
+def install(remote_cache: ModuleType, guard: RedisGuard) -> Callable[[], None] | None:
     """Wrap the Redis backend's ``_get`` and ``_put``; None when torch no longer has them."""
     backend = torch_compat.redis_backend_class(remote_cache)
     if backend is None:

@@ -40,7 +40,7 @@ def refusal(engine: str | None) -> str:
 
 def install(torch_xla: ModuleType, stop: Callable[[], None]) -> Callable[[], None]:
     """Make torch-xla's device functions call ``stop()`` (which must raise); returns the undo."""
-    xm = importlib.import_module("torch_xla.core.xla_model")
+    xm: Any = importlib.import_module("torch_xla.core.xla_model")
     before = (xm.xla_device, getattr(torch_xla, "device", None))
 
     def refused(*args: Any, **kwargs: Any) -> Any:

@@ -71,9 +71,7 @@ def device_identity(torch: Any) -> list[Any]:
     return ["cpu", model, os.cpu_count()]
 
 
-def decision_key(
-    torch: Any, *, signature: str, args: Any, config: Any, world_size: str
-) -> str:
+def decision_key(torch: Any, *, signature: str, args: Any, config: Any, world_size: str) -> str:
     """The key of a decision for the model of ``signature`` called with ``args``."""
     fields = config.model_dump(mode="json")
     fields.pop("fallback_reason", None)
