@@ -83,7 +83,7 @@ TESTS_214_PINS := tests/container/test_autocompile.py tests/container/test_autoc
 	tests/container/test_hook.py tests/container/test_speedup.py \
 	tests/container/test_stepclock.py tests/container/test_runtime.py \
 	tests/container/test_compile_kwargs.py tests/container/test_probe.py \
-	tests/container/test_shared_cache_stalls.py tests/contract/test_regions.py
+	tests/container/test_shared_cache_stalls.py tests/sdk/runtime/test_regions.py
 TESTS_214_JOBS := tests/container/test_no_harm.py tests/container/test_aot.py \
 	tests/container/test_corpus.py
 PINS_214_MARKS ?= not slow

@@ -4,7 +4,7 @@ Separate processes (the benchmark's rows) see a shared machine's load at differe
 moments; here three copies of one model, all with inductor, take turns step by
 step (the order alternating), so load lands on all alike: ``regional`` (its
 repeated blocks marked as nested compile regions, then compiled in place:
-:func:`trcomp.contract.regions.compile_in_place`, what trcomp does), ``whole``
+:func:`trcomp.runtime.regions.compile_in_place`, what trcomp does), ``whole``
 (``Module.compile``) and ``per-block`` (Accelerate's ``compile_regions``: each
 block and each other leaf compiled on its own, what ``regional=True`` gives HF
 Trainer jobs). Prints, and with ``--json`` writes, a ``recorded`` table (see
@@ -37,7 +37,7 @@ def measure(
     import torch
     from accelerate.utils import compile_regions
 
-    from trcomp.contract import regions
+    from trcomp.runtime import regions
     from trcomp_bench.workloads import get_workload, loss_of
 
     factory = get_workload(workload).factory(size)

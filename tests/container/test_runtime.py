@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from trcomp import runtime
-from trcomp.contract import regions
 from trcomp.contract.runtime_config import RuntimeConfig
+from trcomp.runtime import regions
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """compile_step on the jax engine: equal to eager, and each torchax workaround pinned.
 
 The engine enables torchax for the whole process, so every run is a child
-process (tests/sdk/scripts/jax_step.py) that trains a tiny tied-weight LM with
+process (tests/sdk/runtime/scripts/jax_step.py) that trains a tiny tied-weight LM with
 LayerNorm, Linear, einsum, indexing, AdamW and a StepLR schedule, eagerly and
 through compile_step, and prints what it saw.
 """
@@ -111,7 +111,7 @@ def test_several_devices_split_the_batch_and_match_eager(monkeypatch) -> None:
 _SGD = """
 import torch
 from torch import nn
-from trcomp import runtime_jax as rj
+from trcomp.runtime import jax_engine as rj
 
 def losses(device, wrap, schedule):
     torch.manual_seed(0)

@@ -93,13 +93,13 @@ def main() -> None:
     name, steps = sys.argv[1], int(sys.argv[2])
     off = [w for w in sys.argv[3].split(",") if w] if len(sys.argv) > 3 else []
     eager, eager_grads = train(name, steps, lambda fn: fn, torch.device("cpu"))
-    from trcomp import runtime_jax
+    from trcomp.runtime import jax_engine
 
     for workaround in off:
-        runtime_jax.ENVIRONMENT_WORKAROUNDS[workaround] = lambda env: None
+        jax_engine.ENVIRONMENT_WORKAROUNDS[workaround] = lambda env: None
     result: dict[str, Any] = {"model": name, "off": off, "eager": eager, "error": None}
     try:
-        compiled, grads = train(name, steps, runtime_jax.compile_step, runtime_jax.device())
+        compiled, grads = train(name, steps, jax_engine.compile_step, jax_engine.device())
         result["losses"] = compiled
         result["loss_diffs"] = [abs(a - b) for a, b in zip(eager, compiled, strict=True)]
         result["grad_diffs"] = {
@@ -107,7 +107,7 @@ def main() -> None:
             for n, g in grads.items()
         }
         result["grad_scale"] = max(float(g.abs().max()) for g in eager_grads.values())
-    except Exception as exc:
+    except Exception as exc:  # any failure of the engine is the result the test reads
         result["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     print(json.dumps(result))
 

@@ -1,6 +1,6 @@
 """The training state a compiled step reads and writes, by stable paths (jax engine).
 
-:mod:`trcomp.runtime_jax` traces a step with this state as the program's
+:mod:`trcomp.runtime.jax_engine` traces a step with this state as the program's
 inputs and outputs. Parameters, buffers, gradients, the optimizers' param-group
 tensors (learning rates) and per-parameter state are each named by a path such
 as ``("grad", 3)`` or ``("opt", 0, 3, "exp_avg")``, read in one order, and

@@ -15,7 +15,17 @@ equivalents, so one script runs on a laptop, in process mode and on SageMaker::
         optimizer.zero_grad()
     runtime.save(model.state_dict(), "/opt/ml/model/model.pt")
 
-torch is imported inside the functions, so importing this module is cheap.
+torch is imported inside the functions, so importing this package is cheap:
+it loads :mod:`trcomp.contract` and :mod:`trcomp.runtime.regions` only. Its
+other modules run inside the user's process too, each loaded where it is needed:
+
+- :mod:`~trcomp.runtime.regions`: regional compilation, shared with the start-up
+  hook's zero-code path (standard library only at import);
+- :mod:`~trcomp.runtime.jax_engine`: :func:`compile_step` on the jax engine
+  (imports jax and torchax; loaded only on that engine), with torchax's
+  environment and trcomp's fixes of :mod:`~trcomp.runtime.jax_env` and
+  :mod:`~trcomp.runtime.jax_conv`, and the state paths of
+  :mod:`~trcomp.runtime.jax_state`.
 """
 
 from __future__ import annotations
@@ -26,9 +36,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trcomp.contract import regions
 from trcomp.contract.keys import CONFIG_ENV
 from trcomp.contract.runtime_config import RuntimeConfig
+from trcomp.runtime import regions
 
 if TYPE_CHECKING:
     import torch
@@ -94,9 +104,9 @@ def device() -> torch.device:
     import torch
 
     if _jax():
-        from trcomp import runtime_jax
+        from trcomp.runtime import jax_engine
 
-        return runtime_jax.device()
+        return jax_engine.device()
     if backend() == "xla":
         import torch_xla
 
@@ -135,7 +145,7 @@ def compile(model: torch.nn.Module) -> torch.nn.Module:
     class, as in every transformer) has them marked as one nested compile region
     before ``torch.compile(model)``, so inductor compiles one block for all layers;
     blocks with frozen parameters, buffers or activation checkpointing are not
-    marked (:mod:`trcomp.contract.regions`).
+    marked (:mod:`trcomp.runtime.regions`).
     Under xla the model is returned as is: torch-xla traces and compiles lazily.
     Only options that differ from torch.compile's defaults are passed; see
     :func:`compile_kwargs` for how ``inductor_options`` apply.
@@ -155,14 +165,14 @@ def compile(model: torch.nn.Module) -> torch.nn.Module:
 def compile_step(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Compile one training step: ``fn`` runs forward, ``loss.backward()``, the optimizer.
 
-    On the jax engine ``fn`` runs as one XLA program (see :mod:`trcomp.runtime_jax`);
+    On the jax engine ``fn`` runs as one XLA program (see :mod:`trcomp.runtime.jax_engine`);
     under inductor it is ``torch.compile``-d with the config's options; with the
     compiler off, under torch-xla, or outside a job it is ``fn`` itself.
     """
     if _jax():
-        from trcomp import runtime_jax
+        from trcomp.runtime import jax_engine
 
-        return runtime_jax.compile_step(fn)
+        return jax_engine.compile_step(fn)
     if backend() != "inductor":
         return fn
     compiled: Callable[..., Any] = _torch_compile(fn)
@@ -233,9 +243,9 @@ def save(obj: Any, path: str | os.PathLike[str]) -> None:
     """
     target = Path(path)
     if _jax():
-        from trcomp import runtime_jax
+        from trcomp.runtime import jax_engine
 
-        obj = runtime_jax.to_cpu(obj)
+        obj = jax_engine.to_cpu(obj)
     elif backend() == "xla":
         import torch_xla.core.xla_model as xm
 

@@ -20,8 +20,8 @@ backward pass reaches operators torchax cannot differentiate:
 Each backward here is the exact derivative of the forward lowering the step
 runs: ``jax.vjp`` of torchax's own convolution and average-pooling lowerings,
 and for max pooling a scatter-add of the output gradient at the forward's
-indices (what torch's kernel does). :mod:`trcomp.runtime_jax` installs them
-(its ``ENVIRONMENT_WORKAROUNDS``); tests/sdk/test_runtime_jax_conv.py pins each.
+indices (what torch's kernel does). :mod:`trcomp.runtime.jax_env` installs them
+(its ``ENVIRONMENT_WORKAROUNDS``); tests/sdk/runtime/test_jax_conv.py pins each.
 """
 
 from __future__ import annotations

@@ -58,20 +58,20 @@ def train(step_wrapper, device) -> tuple[list[float], nn.Module]:
 
 def main() -> None:
     eager, _ = train(lambda fn: fn, torch.device("cpu"))
-    from trcomp import runtime_jax
+    from trcomp.runtime import jax_engine
 
     off = sys.argv[1] if len(sys.argv) > 1 else None
-    for table in (runtime_jax.ENVIRONMENT_WORKAROUNDS, runtime_jax.OPTIMIZER_WORKAROUNDS):
+    for table in (jax_engine.ENVIRONMENT_WORKAROUNDS, jax_engine.OPTIMIZER_WORKAROUNDS):
         if off in table:
             table[off] = lambda *args: None
     result: dict[str, object] = {"off": off, "error": None, "diff": None, "tied": None}
     try:
-        compiled, model = train(runtime_jax.compile_step, runtime_jax.device())
+        compiled, model = train(jax_engine.compile_step, jax_engine.device())
         result["diff"] = max(abs(a - b) for a, b in zip(eager, compiled, strict=True))
         result["tied"] = model.head.weight is model.embed.weight
         result["losses"] = compiled
-        result["stats"] = runtime_jax.STATS.as_dict()
-    except Exception as exc:
+        result["stats"] = jax_engine.STATS.as_dict()
+    except Exception as exc:  # any failure of the engine is the result the test reads
         result["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
     result["eager"] = eager
     print(json.dumps(result))

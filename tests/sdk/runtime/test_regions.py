@@ -1,4 +1,4 @@
-"""Regional compilation (trcomp.contract.regions) with real torch modules and dynamo's counters.
+"""Regional compilation (trcomp.runtime.regions) with real torch modules and dynamo's counters.
 
 Compiled with ``aot_eager`` (dynamo and AOTAutograd, no code generation; dynamo's
 ``eager`` backend cannot run a nested region's backward) through a backend that
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from trcomp.contract import regions
+from trcomp.runtime import regions
 
 torch = pytest.importorskip("torch")
 nn = torch.nn

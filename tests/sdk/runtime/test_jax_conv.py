@@ -1,9 +1,9 @@
 """Convolutions on the jax engine: per-parameter gradients and per-step losses equal eager.
 
-Each run is a child process (tests/sdk/scripts/jax_conv_step.py, the engine
+Each run is a child process (tests/sdk/runtime/scripts/jax_conv_step.py, the engine
 enables torchax for the whole process) that trains a small CNN eagerly and
 through compile_step with AdamW from the same weights and batches. With one of
-trcomp's convolution workarounds (trcomp/_jax_conv.py) turned off, the run
+trcomp's convolution workarounds (trcomp/runtime/jax_conv.py) turned off, the run
 fails or trains other numbers than eager.
 """
 

@@ -25,8 +25,9 @@ A mark never enters the module's pickled state: ``torch.save(model)`` and
 ``copy.deepcopy`` see the plain block (:func:`mark_regions`).
 
 Shared by :func:`trcomp.runtime.compile` and the start-up hook's zero-code
-path, which may import only the standard library and ``trcomp.contract``:
-torch is never imported here; callers pass the ``torch`` module in.
+path, which may import only the standard library, ``trcomp.contract`` and this
+module: torch is never imported here (nor anything outside the standard
+library); callers pass the ``torch`` module in.
 """
 
 from __future__ import annotations
