@@ -1,7 +1,7 @@
 """The one place where a resolved compiler config becomes environment variables.
 
-Pure: takes the job, the config and the resolved backend, returns the child's
-environment. Every variable set here is documented in docs/environment.md.
+Pure: takes the job, the config and the resolved backend and engine, returns
+the child's environment. Every variable set here is documented in docs/environment.md.
 Variables that encode a decision (backend, device, TRCOMP_*) always win;
 cache and debug locations yield to a value the user already set.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from trcomp.contract.config import TrainingCompilerConfig
 from trcomp.contract.keys import CACHE_DIR_ENV
 from trcomp.contract.runtime_config import RuntimeConfig
-from trcomp_container.backends import ConcreteBackend, inductor, resolve_engine, xla
+from trcomp_container.backends import ConcreteBackend, Engine, inductor, xla
 from trcomp_container.backends import jax as jax_engine
 from trcomp_container.devices import Devices
 from trcomp_container.job import JobPaths
@@ -29,6 +29,7 @@ def build_environment(
     *,
     config: TrainingCompilerConfig,
     backend: ConcreteBackend | None,
+    engine: Engine | None,
     devices: Devices,
     paths: JobPaths,
     base_env: Mapping[str, str],
@@ -40,13 +41,14 @@ def build_environment(
     """The user's process environment: ``base_env`` plus the compiler's variables.
 
     ``base_env`` is the entrypoint's own environment merged with the toolkit's
-    SM_* variables. ``cache_dir`` is where the compilers write their caches
-    while the job runs (default: ``paths.cache``; the entrypoint passes a local
-    dir, see :mod:`trcomp_container.cache`). ``scratch_dir`` holds throw-away
-    compile caches when ``config.cache`` is False, so every such job starts cold.
+    SM_* variables. ``backend`` and ``engine`` are the job's, resolved once by
+    the entrypoint (None: compiler off). ``cache_dir`` is where the compilers
+    write their caches while the job runs (default: ``paths.cache``; the
+    entrypoint passes a local dir, see :mod:`trcomp_container.caching.lineage`).
+    ``scratch_dir`` holds throw-away compile caches when ``config.cache`` is
+    False, so every such job starts cold.
     """
     env = dict(base_env)
-    engine = resolve_engine(config, backend, devices)
     resolved = RuntimeConfig.resolved(
         config,
         backend=backend,

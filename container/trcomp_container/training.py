@@ -29,9 +29,10 @@ from trcomp.contract.config import TrainingCompilerConfig
 from trcomp.contract.errors import CompilerConfigError, SharedCacheError
 from trcomp.contract.keys import CHECKPOINT_URI_ENV
 from trcomp.contract.proctree import grace_s
-from trcomp_container import cache, job_cache
 from trcomp_container import summary as summary_module
-from trcomp_container.backends import ConcreteBackend, resolve_backend, resolve_engine
+from trcomp_container.backends import ConcreteBackend, Engine, resolve_backend, resolve_engine
+from trcomp_container.caching import job_setup, lineage
+from trcomp_container.caching.shared import SharedCache
 from trcomp_container.devices import Devices, detect_devices
 from trcomp_container.environment import build_environment
 from trcomp_container.failures import (
@@ -53,7 +54,6 @@ from trcomp_container.launch import (
 )
 from trcomp_container.probe import check_inductor_options, run_probe
 from trcomp_container.runner import RunResult, run, wait_for_hosts
-from trcomp_container.shared_cache import SharedCache
 
 __all__ = ["main", "run_job"]
 
@@ -101,7 +101,7 @@ def run_job(job: Job) -> tuple[int, str]:
     finally:
         live = _live_cache(scratch)
         if live.is_dir() and report.keep_lineage:  # what the job compiled is kept, always
-            report.facts["cache_files_saved"] = cache.persist(live, job.paths.cache)
+            report.facts["cache_files_saved"] = lineage.persist(live, job.paths.cache)
         if report.shared is not None:  # shared by successful jobs only
             seen = len(report.shared.warnings)
             report.facts["shared_cache"] = report.shared.finish(live, succeeded=exit_code == 0)
@@ -142,11 +142,13 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     )
     require_visible_gpus(job, devices)
     _warn(report, *devices.notes)
+    # Resolved once for the job; what needs them gets them as arguments.
     backend = resolve_backend(config, devices)
+    engine = resolve_engine(config, backend, devices)
     # Known before anything else can fail: the summary must not say "compiler off".
     report.facts.update(backend=backend)
     distribution = distribution_of(job.framework_params)
-    _check_jax_distribution(resolve_engine(config, backend, devices), distribution, job.hosts)
+    _check_jax_distribution(engine, distribution, job.hosts)
     entry_point = _prepare_code(job)
     base_env = {**job.environ, **job.toolkit_env}
 
@@ -155,21 +157,22 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     live_cache = _live_cache(scratch)
     report.keep_lineage = config.cache
     try:  # shared first, lineage second: the lineage adds only what the shared cache lacks
-        report.shared = job_cache.open_for_job(config, job, backend, devices, live_cache)
+        report.shared = job_setup.open_for_job(config, job, devices, live_cache, engine=engine)
     except SharedCacheError as exc:
         raise JobFailed(str(exc), ExitCode.CONFIG) from None
     if config.cache and backend is not None:
-        report.facts["cache_files_restored"] = cache.restore(job.paths.cache, live_cache)
+        report.facts["cache_files_restored"] = lineage.restore(job.paths.cache, live_cache)
     if report.shared is not None:
         report.facts["shared_cache"] = report.shared.facts
         _warn(report, *report.shared.warnings)
         cache_warm = cache_warm or report.shared.warm
-    variables = job_cache.cache_variables(config, backend, job, report.shared, _cache_location(job))
+    variables = job_setup.cache_variables(config, backend, job, report.shared, _cache_location(job))
 
     def environment(chosen: ConcreteBackend | None, fallback: str | None) -> dict[str, str]:
         env = build_environment(
             config=config,
             backend=chosen,
+            engine=engine if chosen is not None else None,  # None after a fallback to eager
             devices=devices,
             paths=job.paths,
             base_env=base_env,
@@ -184,14 +187,18 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
 
     env = environment(backend, None)
     if backend is not None or devices.gpus:
-        backend, env, devices = _check_backend(config, backend, devices, env, report, environment)
+        backend, env, devices = _check_backend(
+            config, backend, devices, env, report, environment, engine=engine
+        )
+        if backend is None:  # a fallback to eager: nothing compiles
+            engine = None
     if backend == "inductor" and config.inductor_options:
         _check_inductor_options(config, env)
     cache_dir = job.paths.cache if (config.cache and backend) else None
     shared_on = report.shared is not None
     report.facts.update(
         backend=backend,
-        engine=resolve_engine(config, backend, devices),
+        engine=engine,
         distribution=distribution,
         cache_dir=_cache_location(job) if cache_dir else None,
         cache_warm=bool((cache_dir or shared_on) and cache_warm),
@@ -200,7 +207,7 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     nproc = nproc_per_node(distribution, backend, devices, job.environ)
     # The jax engine's one process drives every GPU of the host: no warning there.
     note = single_process_note(distribution, devices, job.instance_type or None)
-    if note and report.facts["engine"] != "jax":
+    if note and engine != "jax":
         _warn(report, note)
     extra, warnings = launch_environment(job, backend, nproc, env)
     env.update(extra)
@@ -218,9 +225,8 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     plan = LaunchPlan(command, env, job.paths.code)
     report.facts.update(command=command, nproc_per_node=nproc, hosts=job.hosts)
     wait_for_hosts(job.hosts)
-    engine = report.facts["engine"] or "eager"
     print(
-        f"[trcomp] backend={backend or 'eager'} engine={engine} devices={devices} "
+        f"[trcomp] backend={backend or 'eager'} engine={engine or 'eager'} devices={devices} "
         f"command={command}",
         flush=True,
     )
@@ -313,13 +319,15 @@ def _check_backend(
     env: dict[str, str],
     report: _Report,
     environment: Callable[[ConcreteBackend | None, str | None], dict[str, str]],
+    *,
+    engine: Engine | None,
 ) -> tuple[ConcreteBackend | None, dict[str, str], Devices]:
     """Probe the backend (or, compiler off, torch's view of the GPUs) in a child.
 
-    Returns the backend to run (None after a fallback to eager), its environment
-    and the devices, with the GPU count torch actually sees.
+    ``engine`` is the backend's, resolved with it. Returns the backend to run
+    (None after a fallback to eager), its environment and the devices, with the
+    GPU count torch actually sees.
     """
-    engine = resolve_engine(config, backend, devices)
     result = run_probe("jax" if engine == "jax" else (backend or "eager"), devices.gpus, env)
     report.facts["hardware"] = result.hardware
     if devices.gpus and result.gpus_seen and result.gpus_seen != devices.gpus:

@@ -33,7 +33,7 @@ from trcomp.checkpoints import (
 from trcomp.credentials import CredentialLeakError, check_no_credentials, credential_values
 from trcomp.jobspec import JobSpec, SdkView
 from trcomp.session import quiet_sagemaker
-from trcomp.shared_cache import check_shared_cache
+from trcomp.shared_cache_checks import check_shared_cache
 
 if TYPE_CHECKING:
     from sagemaker.estimator import EstimatorBase

@@ -233,6 +233,7 @@ def zero_code_env(scratch: Path, gpus: int, metrics_dir: Path) -> dict[str, str]
     built = build_environment(
         config=TrainingCompilerConfig(backend="auto"),
         backend="inductor",
+        engine="inductor",
         devices=Devices(gpus=gpus, host_gpus=gpus),
         paths=JobPaths.under(scratch / "zero-code-ml"),
         base_env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")},

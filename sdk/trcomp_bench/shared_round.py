@@ -3,7 +3,7 @@
 Each compiled (workload, backend) gets a shared compile cache location of its
 own, a directory under the bench's temporary root used as ``file://...``, and
 goes through the container's own shared-cache code
-(:mod:`trcomp_container.shared_cache`) with the calls a job with
+(:mod:`trcomp_container.caching.shared`) with the calls a job with
 ``shared_cache=`` makes:
 
 - the cold run is the first job: :func:`open_lineage` opens the (empty) shared
@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 from trcomp_bench.backends import get_backend
 
 if TYPE_CHECKING:
-    from trcomp_container.cache_key import CompatSet
-    from trcomp_container.shared_cache import SharedCache
+    from trcomp_container.caching.compat import CompatSet
+    from trcomp_container.caching.shared import SharedCache
 
 __all__ = ["NothingShared", "Shared", "engine_of", "open_fresh", "open_lineage", "share"]
 
@@ -72,7 +72,7 @@ def engine_of(backend: str) -> str | None:
 
 @functools.cache
 def _compat(engine: str) -> CompatSet:
-    from trcomp_container.cache_key import compat_set
+    from trcomp_container.caching.compat import compat_set
     from trcomp_container.devices import list_gpus
 
     return compat_set(engine=engine, gpu_listing=list_gpus())
@@ -83,7 +83,7 @@ def _safe(key: str) -> str:
 
 
 def _open(uri: str, engine: str, live: Path, environ: Mapping[str, str]) -> SharedCache:
-    from trcomp_container.shared_cache import open_shared_cache
+    from trcomp_container.caching.shared import open_shared_cache
 
     # A local directory: the measurement must see the whole cache, never a budget cut short.
     return open_shared_cache(

@@ -2,7 +2,7 @@
 
 A fake runner stands in for the measurement processes (it writes files into its
 cache dir as a compiler would); the shared cache is the container's real code
-(:mod:`trcomp_container.shared_cache`) on a real directory.
+(:mod:`trcomp_container.caching.shared`) on a real directory.
 """
 
 from __future__ import annotations

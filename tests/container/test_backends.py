@@ -67,7 +67,9 @@ def test_gpu_hosts_never_fall_back_to_cpu(monkeypatch):
     monkeypatch.setattr(training, "run_probe", lambda *args: ProbeResult(False, "no CUDA"))
     config = TrainingCompilerConfig(backend="xla", fallback="eager")
     with pytest.raises(JobFailed) as caught:
-        training._check_backend(config, "xla", Devices(gpus=8), {}, training._Report(), None)
+        training._check_backend(
+            config, "xla", Devices(gpus=8), {}, training._Report(), None, engine="jax"
+        )
     assert caught.value.errno == ExitCode.COMPILER_UNAVAILABLE
     assert "backend='inductor'" in caught.value.reason and "no CUDA" in caught.value.reason
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePath
 
-from trcomp_container.cache import is_transient, persist, restore
+from trcomp_container.caching.lineage import is_transient, persist, restore
 
 
 def test_temp_and_lock_files_are_transient() -> None:

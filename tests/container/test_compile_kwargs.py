@@ -142,6 +142,7 @@ def _job_env(tmp_path: Path, config: TrainingCompilerConfig) -> dict[str, str]:
     return build_environment(
         config=config,
         backend="inductor",
+        engine="inductor",
         devices=Devices(),
         paths=JobPaths.under(tmp_path / "opt-ml"),
         base_env=base,

@@ -44,7 +44,7 @@ import pytest
 from tests.helpers import jobs
 from tests.helpers.records import RANKS, compilations, read_records, records_in_members
 from trcomp import TrainingCompilerConfig
-from trcomp_container.backends import resolve_backend
+from trcomp_container.backends import resolve_backend, resolve_engine
 from trcomp_container.devices import Devices
 from trcomp_container.environment import build_environment
 from trcomp_container.job import JobPaths
@@ -127,9 +127,11 @@ def start(base: Path, script: str, config: TrainingCompilerConfig, cache: Path) 
         "TORCHINDUCTOR_CACHE_DIR": str(cache),
         "CORPUS_OUT": str(base / "corpus.json"),
     }
+    backend = resolve_backend(config, CPU)
     env = build_environment(
         config=config,
-        backend=resolve_backend(config, CPU),
+        backend=backend,
+        engine=resolve_engine(config, backend, CPU),
         devices=CPU,
         paths=paths,
         base_env=base_env,

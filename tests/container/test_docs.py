@@ -61,6 +61,7 @@ def test_environment_doc_lists_every_variable_the_entrypoint_sets():
         env = build_environment(
             config=config,
             backend=backend,
+            engine=resolve_engine(config, backend, devices),
             devices=devices,
             paths=paths,
             base_env={},

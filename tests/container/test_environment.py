@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from trcomp.config import TrainingCompilerConfig
+from trcomp_container.backends import resolve_engine
 from trcomp_container.devices import Devices
 from trcomp_container.environment import HOOK_DIR, build_environment
 from trcomp_container.job import JobPaths
@@ -23,6 +24,7 @@ def env_for(config: TrainingCompilerConfig, backend, devices=CPU, base=None, **k
     return build_environment(
         config=config,
         backend=backend,
+        engine=resolve_engine(config, backend, devices),
         devices=devices,
         paths=PATHS,
         base_env=base or {"PATH": "/usr/bin"},

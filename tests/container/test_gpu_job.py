@@ -9,6 +9,7 @@ import pytest
 
 from trcomp.config import TrainingCompilerConfig
 from trcomp_container import training
+from trcomp_container.backends import resolve_engine
 from trcomp_container.devices import Devices, detect_devices
 from trcomp_container.failures import ExitCode, JobFailed
 from trcomp_container.gpu_setup import launch_environment, require_visible_gpus
@@ -93,7 +94,13 @@ def check(
     monkeypatch.setattr(training, "run_probe", lambda *args: answer)
     report = training._Report()
     chosen, env, seen = training._check_backend(
-        config, backend, devices, {}, report, lambda chosen, why: {"FALLBACK": str(why)}
+        config,
+        backend,
+        devices,
+        {},
+        report,
+        lambda chosen, why: {"FALLBACK": str(why)},
+        engine=resolve_engine(config, backend, devices),
     )
     return chosen, env, seen, report
 

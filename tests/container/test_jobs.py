@@ -16,7 +16,7 @@ from tests.helpers.engines import needs_torch_xla
 from tests.helpers.records import compilations, read_records
 from trcomp.config import TrainingCompilerConfig
 from trcomp.contract.metrics import METRICS, parse_metrics
-from trcomp_container.cache import is_transient
+from trcomp_container.caching.lineage import is_transient
 
 pytestmark = pytest.mark.slow
 

@@ -15,10 +15,10 @@ import pytest
 from tests.helpers.aws import ACCOUNT, OTHER_ACCOUNT, aws_environment, create_bucket, moto_server
 from trcomp.contract.errors import SharedCacheError
 from trcomp.contract.shared_cache import check_bucket_owner, parse_location
-from trcomp_container.cache_key import compat_set, gpu_models
-from trcomp_container.shared_cache import open_shared_cache
-from trcomp_container.shared_entry import files_of
-from trcomp_container.shared_store import DirectoryStore, S3Store
+from trcomp_container.caching.compat import compat_set, gpu_models
+from trcomp_container.caching.entry import files_of
+from trcomp_container.caching.shared import open_shared_cache
+from trcomp_container.caching.stores import DirectoryStore, S3Store
 
 
 def _live_with(tmp: Path, files: dict[str, bytes]) -> Path:
@@ -215,7 +215,7 @@ def test_environment_doc_names_every_variable_the_shared_cache_sets(tmp_path):
 
     from trcomp.contract import shared_cache as contract
     from trcomp_container.backends.inductor import pgo_environment
-    from trcomp_container.shared_cache import redis_environment
+    from trcomp_container.caching.redis_cache import redis_environment
 
     docs = Path(__file__).resolve().parents[2] / "docs" / "environment.md"
     documented = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", docs.read_text()))

@@ -23,9 +23,9 @@ from tests.helpers.aws import OTHER_ACCOUNT, aws_environment, create_bucket, mot
 from tests.helpers.hung_server import hung_server
 from tests.helpers.redis_server import redis_server
 from trcomp.config import TrainingCompilerConfig
-from trcomp_container.cache_key import compat_set
+from trcomp_container.caching.compat import compat_set
+from trcomp_container.caching.shared import open_shared_cache
 from trcomp_container.failures import ExitCode
-from trcomp_container.shared_cache import open_shared_cache
 
 pytestmark = pytest.mark.slow
 

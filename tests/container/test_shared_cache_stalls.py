@@ -25,9 +25,9 @@ from tests.helpers.aws import aws_environment, create_bucket, moto_server
 from tests.helpers.hung_server import hung_server
 from tests.helpers.redis_server import redis_server
 from trcomp.contract.errors import SharedCacheError
-from trcomp_container.cache_key import compat_set
-from trcomp_container.shared_cache import open_shared_cache
-from trcomp_container.shared_store import DirectoryStore
+from trcomp_container.caching.compat import compat_set
+from trcomp_container.caching.shared import open_shared_cache
+from trcomp_container.caching.stores import DirectoryStore
 
 COMPAT = compat_set(engine="inductor", gpu_listing=None)
 BUDGET_S = 1.0
@@ -249,7 +249,7 @@ def test_the_remote_cache_variables_are_the_ones_this_torch_reads(gpu):
     # The names are torch's, read when its config modules are imported (torch 2.9 and
     # 2.14 alike): a renamed one would leave a shared Redis cache silently unused.
     from trcomp.contract.shared_cache import parse_location
-    from trcomp_container.shared_redis import redis_environment
+    from trcomp_container.caching.redis_cache import redis_environment
 
     env = redis_environment(parse_location("redis://cache-host:6379/0"), gpu=gpu)
     child = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TORCH_"))}

@@ -28,9 +28,9 @@ from tests.helpers.aws import (
 from tests.helpers.hung_server import hung_server
 from trcomp.contract import shared_trust
 from trcomp.contract.errors import SharedCacheError
-from trcomp_container.cache_key import compat_set
-from trcomp_container.shared_cache import open_shared_cache
-from trcomp_container.shared_entry import entry_name
+from trcomp_container.caching.compat import compat_set
+from trcomp_container.caching.entry import entry_name
+from trcomp_container.caching.shared import open_shared_cache
 
 KEY = "team-a-key-0123456789abcdef"
 OTHER_KEY = "team-b-key-0123456789abcdef"
@@ -251,7 +251,7 @@ def test_only_the_first_host_writes_the_jobs_entry(tmp_path):
 
 def test_the_writer_is_the_first_of_the_sorted_hosts(tmp_path):
     from trcomp.contract.config import TrainingCompilerConfig
-    from trcomp_container import job_cache
+    from trcomp_container.caching import job_setup
     from trcomp_container.devices import Devices
     from trcomp_container.job import Job, JobPaths
 
@@ -271,7 +271,8 @@ def test_the_writer_is_the_first_of_the_sorted_hosts(tmp_path):
             num_cpus=2,
             instance_type="local_process",
         )
-        cache = job_cache.open_for_job(config, job, "inductor", Devices(), tmp_path / host / "live")
+        live = tmp_path / host / "live"
+        cache = job_setup.open_for_job(config, job, Devices(), live, engine="inductor")
         assert cache is not None
         written[host] = cache.writer
     assert written == {"algo-1": True, "algo-2": False}

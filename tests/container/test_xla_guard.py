@@ -17,6 +17,7 @@ from tests.helpers.engines import needs_torch_xla
 from tests.helpers.hook import run_hooked
 from tests.helpers.jobs import SCRIPTS
 from trcomp.config import TrainingCompilerConfig
+from trcomp_container.backends import resolve_engine
 from trcomp_container.devices import Devices
 from trcomp_container.environment import build_environment
 from trcomp_container.job import JobPaths
@@ -25,10 +26,12 @@ pytestmark = [pytest.mark.slow, needs_torch_xla]
 
 
 def gpu_host_env(tmp_path: Path, config: TrainingCompilerConfig, backend) -> dict[str, str]:
+    devices = Devices(gpus=1, host_gpus=1)
     env = build_environment(
         config=config,
         backend=backend,
-        devices=Devices(gpus=1, host_gpus=1),
+        engine=resolve_engine(config, backend, devices),
+        devices=devices,
         paths=JobPaths.under(tmp_path / "ml"),
         base_env={},
         metrics_dir=tmp_path / "ranks",
@@ -65,9 +68,11 @@ def test_importing_torch_xla_on_a_gpu_host_is_still_allowed(tmp_path):
 
 
 def test_on_a_cpu_host_the_old_script_still_runs_under_torch_xla(tmp_path):
+    config = TrainingCompilerConfig(backend="xla")
     env = build_environment(
-        config=TrainingCompilerConfig(backend="xla"),
+        config=config,
         backend="xla",
+        engine=resolve_engine(config, "xla", Devices()),
         devices=Devices(),
         paths=JobPaths.under(tmp_path / "ml"),
         base_env={},

@@ -67,7 +67,7 @@ from trcomp.local.checkpoints import checkpoint_mount
 from trcomp.local.docker_checks import preflight
 from trcomp.local.docker_stop import JOB_LABEL, remove_containers, stop_on_signals, watch
 from trcomp.local.job_checks import LocalJobChecks, check_local_job, claim_job_dir
-from trcomp.shared_cache import check_shared_cache
+from trcomp.shared_cache_checks import check_shared_cache
 
 if TYPE_CHECKING:
     from sagemaker.estimator import EstimatorBase

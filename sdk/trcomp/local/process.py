@@ -43,7 +43,7 @@ from trcomp.jobspec import JobSpec
 from trcomp.local import local_path
 from trcomp.local.interpreter import ENV_PREFIX, job_python
 from trcomp.local.job_checks import check_local_job, claim_job_dir
-from trcomp.shared_cache import check_shared_cache
+from trcomp.shared_cache_checks import check_shared_cache
 
 if TYPE_CHECKING:
     from sagemaker.estimator import EstimatorBase

@@ -35,7 +35,7 @@ from trcomp.image.uris import (
     local_image_uri,
     remote_image_uri,
 )
-from trcomp.shared_cache import check_shared_cache
+from trcomp.shared_cache_checks import check_shared_cache
 from trcomp.v3 import adapter
 from trcomp.v3._sdk_compat import BuildRequest, TrainingRequestHook
 from trcomp.validation import validate_job
@@ -216,7 +216,7 @@ class ModelTrainer(TrainingRequestHook, _V3ModelTrainer):  # type: ignore[misc]
         here is refused before anything is uploaded or any container starts: a remote
         job whose hyperparameters or environment carry the caller's AWS credentials,
         and a shared cache the job could not use or must not trust (the checks v2's
-        ``fit()`` makes, :func:`trcomp.shared_cache.check_shared_cache`).
+        ``fit()`` makes, :func:`trcomp.shared_cache_checks.check_shared_cache`).
         """
         source = self.source_code
         assert source is not None

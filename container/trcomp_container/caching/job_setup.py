@@ -1,4 +1,4 @@
-"""What the entrypoint does about compile caches beyond the lineage's (:mod:`.cache`).
+"""What the entrypoint does about compile caches beyond the lineage's (:mod:`.lineage`).
 
 Two things, both decided before the start-up check compiles anything:
 
@@ -15,11 +15,11 @@ from pathlib import Path
 
 from trcomp.contract.config import TrainingCompilerConfig
 from trcomp.contract.instances import DOCKER_LOCAL_MODES, PROCESS_MODE
-from trcomp_container.backends import ConcreteBackend, inductor, resolve_engine
-from trcomp_container.cache_key import compat_set
+from trcomp_container.backends import ConcreteBackend, Engine, inductor
+from trcomp_container.caching.compat import compat_set
+from trcomp_container.caching.shared import SharedCache, open_shared_cache
 from trcomp_container.devices import Devices, list_gpus
 from trcomp_container.job import Job
-from trcomp_container.shared_cache import SharedCache, open_shared_cache
 
 __all__ = ["cache_variables", "open_for_job"]
 
@@ -27,12 +27,15 @@ __all__ = ["cache_variables", "open_for_job"]
 def open_for_job(
     config: TrainingCompilerConfig,
     job: Job,
-    backend: ConcreteBackend | None,
     devices: Devices,
     live: Path,
+    *,
+    engine: Engine | None,
 ) -> SharedCache | None:
-    """Read the config's shared cache into ``live``; None when there is none or no compiler."""
-    engine = resolve_engine(config, backend, devices)
+    """Read the config's shared cache into ``live``; None when there is none or no compiler.
+
+    ``engine`` is the job's, resolved once by the entrypoint (None: compiler off).
+    """
     if not config.shared_cache or engine is None:
         return None
     compat = compat_set(engine=engine, gpu_listing=list_gpus() if devices.gpus else None)

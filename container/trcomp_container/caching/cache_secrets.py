@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from trcomp.contract.errors import SharedCacheError
 from trcomp.contract.shared_cache import KEY_ENV, KEY_SECRET_ENV
-from trcomp_container.shared_store import aws_config
+from trcomp_container.caching.stores import aws_config
 
 __all__ = ["MIN_KEY_BYTES", "read_secret", "signing_key"]
 

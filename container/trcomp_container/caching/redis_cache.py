@@ -15,7 +15,7 @@ cold instead of waiting on every lookup.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 from urllib.parse import quote, urlencode
 
 from trcomp.contract.errors import SharedCacheError
@@ -25,13 +25,11 @@ from trcomp.contract.shared_cache import (
     REDIS_PASSWORD_SECRET_ENV,
     SharedCacheLocation,
 )
-from trcomp_container.budget import Budget
-from trcomp_container.shared_secrets import read_secret
-
-if TYPE_CHECKING:
-    from trcomp_container.shared_cache import SharedCache
+from trcomp_container.caching.budget import Budget
+from trcomp_container.caching.cache_secrets import read_secret
 
 __all__ = [
+    "RedisFound",
     "ca_certs",
     "check_redis_trust",
     "open_redis",
@@ -126,54 +124,81 @@ def ca_certs(environ: Mapping[str, str]) -> str | None:
     return environ.get(REDIS_CA_ENV) or None
 
 
+@dataclass(frozen=True)
+class RedisFound:
+    """What :func:`open_redis` found; the caller puts it into the job's shared cache.
+
+    ``environment`` holds inductor's remote-cache variables (empty: the job runs
+    without them); ``remote_cache`` whether they are on (None: Redis was not
+    tried, the engine is not inductor); ``warm`` whether the server holds
+    inductor's entries; ``budget_hit`` whether the check outlasted its budget.
+    """
+
+    environment: dict[str, str] = field(default_factory=dict)
+    remote_cache: bool | None = None
+    warm: bool = False
+    budget_hit: bool = False
+    warnings: tuple[str, ...] = ()
+
+
 def open_redis(
-    cache: SharedCache,
+    location: SharedCacheLocation,
     engine: str,
     environ: Mapping[str, str],
     *,
     remote_job: bool,
     gpu: bool,
     insecure: bool,
-) -> None:
-    """Check the Redis of ``cache`` within its budget; on success set inductor's variables.
+    timeout_s: float,
+) -> RedisFound:
+    """Check the Redis at ``location`` within ``timeout_s``; on success, inductor's variables.
 
     Raises :class:`SharedCacheError` for a remote job's Redis without TLS or
     password (unless ``insecure``); a Redis that cannot be reached, refuses
     the password or does not answer in time leaves the job without them.
     """
-    location = cache.location
     if engine != "inductor":
-        cache._warn(
-            f"shared_cache {location.shown}: Redis serves inductor's caches only; the {engine} "
-            "engine keeps its cache in the checkpoint location"
+        return RedisFound(
+            warnings=(
+                f"shared_cache {location.shown}: Redis serves inductor's caches only; the "
+                f"{engine} engine keeps its cache in the checkpoint location",
+            )
         )
-        return
 
     def probe() -> tuple[str, bool]:
-        password = redis_password(environ, timeout_s=cache.timeout_s)
+        password = redis_password(environ, timeout_s=timeout_s)
         check_redis_trust(location, password=password, remote_job=remote_job, insecure=insecure)
         url = redis_url(location, password, ca_certs=ca_certs(environ))
-        return url, redis_has_entries(url, timeout_s=min(cache.timeout_s, _CALL_TIMEOUT_S))
+        return url, redis_has_entries(url, timeout_s=min(timeout_s, _CALL_TIMEOUT_S))
 
-    cache.facts["remote_cache"] = False
     try:
-        done, answer = Budget(cache.timeout_s, name="trcomp-shared-redis").run(probe)
+        done, answer = Budget(timeout_s, name="trcomp-shared-redis").run(probe)
     except SharedCacheError:
         raise
-    except Exception as exc:  # refused, wrong password, bad certificate
-        cache._warn(
-            f"cannot use the Redis of shared_cache {location.shown} ({type(exc).__name__}: "
-            f"{exc}); the job runs without inductor's remote caches and compiles cold"
+    # Broad on purpose: redis-py (refused, wrong password), ssl (a bad certificate) and
+    # boto3 (the password's secret) raise errors with no common base, and each of them
+    # means the job compiles cold, not that it fails.
+    except Exception as exc:
+        return RedisFound(
+            remote_cache=False,
+            warnings=(
+                f"cannot use the Redis of shared_cache {location.shown} ({type(exc).__name__}: "
+                f"{exc}); the job runs without inductor's remote caches and compiles cold",
+            ),
         )
-        return
     if not done or answer is None:
-        cache.facts["read_budget_hit"] = True
-        cache._warn(
-            f"the Redis of shared_cache {location.shown} did not answer within "
-            f"shared_cache_timeout_s={cache.timeout_s:g}; the job runs without inductor's "
-            "remote caches and compiles cold"
+        return RedisFound(
+            remote_cache=False,
+            budget_hit=True,
+            warnings=(
+                f"the Redis of shared_cache {location.shown} did not answer within "
+                f"shared_cache_timeout_s={timeout_s:g}; the job runs without inductor's "
+                "remote caches and compiles cold",
+            ),
         )
-        return
     url, has_entries = answer
-    cache.environment.update(redis_environment(location, gpu=gpu, url=url))
-    cache.facts.update(remote_cache=True, warm=has_entries)
+    return RedisFound(
+        environment=redis_environment(location, gpu=gpu, url=url),
+        remote_cache=True,
+        warm=has_entries,
+    )

@@ -33,9 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from trcomp_container.cache import is_transient
-from trcomp_container.cache_key import CompatSet
-from trcomp_container.shared_store import Store
+from trcomp_container.caching.compat import CompatSet
+from trcomp_container.caching.lineage import is_transient
+from trcomp_container.caching.stores import Store
 
 __all__ = [
     "FORMAT",

@@ -1,21 +1,21 @@
 """The shared compile cache (``TrainingCompilerConfig(shared_cache=...)``) in the job.
 
 At the start, :func:`open_shared_cache` reads the entries of this host's
-compatibility set (:mod:`trcomp_container.cache_key`) into the live cache dir
+compatibility set (:mod:`.compat`) into the live cache dir
 the compilers write to; at the end of a successful job :meth:`SharedCache.finish`
 writes what the job added as one new entry, from the job's first host only.
 ``redis://``/``rediss://`` instead turns on inductor's own remote caches
-(:mod:`.shared_redis`).
+(:mod:`.redis_cache`).
 
 A cache is code (compiled kernels are loaded and run), so what is read is
-checked before anything is unpacked (:mod:`.shared_entry`): with the team's
+checked before anything is unpacked (:mod:`.entry`): with the team's
 key (``TRCOMP_SHARED_CACHE_KEY``) only entries signed with it; in any case a
-location only this job's account or user can write (:mod:`.shared_store`).
+location only this job's account or user can write (:mod:`.stores`).
 A damaged entry, or one of another compatibility set, is skipped with a
 warning and the job compiles what it lacks.
 
 The read and the write each get ``shared_cache_timeout_s`` of wall-clock time
-(:class:`~trcomp_container.budget.Budget`): a store that hangs makes the job
+(:class:`~trcomp_container.caching.budget.Budget`): a store that hangs makes the job
 start with what was read by then, never wait.
 """
 
@@ -31,9 +31,10 @@ from typing import Any
 
 from trcomp.contract.errors import SharedCacheError
 from trcomp.contract.shared_cache import MAX_READ_BYTES_ENV, SharedCacheLocation, parse_location
-from trcomp_container.budget import Budget
-from trcomp_container.cache_key import CompatSet
-from trcomp_container.shared_entry import (
+from trcomp_container.caching.budget import Budget
+from trcomp_container.caching.cache_secrets import signing_key
+from trcomp_container.caching.compat import CompatSet
+from trcomp_container.caching.entry import (
     SUFFIX,
     check_name,
     files_of,
@@ -42,9 +43,8 @@ from trcomp_container.shared_entry import (
     stamp,
     write_entry,
 )
-from trcomp_container.shared_redis import open_redis, redis_environment
-from trcomp_container.shared_secrets import signing_key
-from trcomp_container.shared_store import Store, open_store
+from trcomp_container.caching.redis_cache import RedisFound, open_redis
+from trcomp_container.caching.stores import Store, open_store
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -52,7 +52,6 @@ __all__ = [
     "SharedCache",
     "open_shared_cache",
     "read_limit",
-    "redis_environment",
 ]
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -99,7 +98,9 @@ class SharedCache:
             done, written = budget.run(
                 lambda: write_entry(store, live, self.compat, skip=self.read, key=self.key)
             )
-        except Exception as exc:  # a full bucket, expired credentials: the job's work is done
+        # Broad on purpose: the store is boto3 or a file system, whose errors (a full
+        # bucket, expired credentials) share no base class, and the job's work is done.
+        except Exception as exc:
             self._warn(f"could not write the shared compile cache at {store.where}: {exc}")
             return self.facts
         if not done:
@@ -145,7 +146,9 @@ def _open_and_read(
         store = open_store(cache.location, cache.compat.key, environ, timeout_s=cache.timeout_s)
     except SharedCacheError:
         raise
-    except Exception as exc:  # no credentials, no network: compile cold, say so
+    # Broad on purpose: boto3 (no credentials, no network) or the file system; the
+    # job compiles cold and says so. What it must not trust is a SharedCacheError.
+    except Exception as exc:
         with budget.commit():
             cache._warn(
                 f"cannot open shared_cache {cache.location.shown} ({exc}); the job compiles cold"
@@ -161,7 +164,7 @@ def _read_all(cache: SharedCache, store: Store, live: Path, limit: int, budget: 
     facts = cache.facts
     try:
         names = sorted(store.names(), reverse=True)  # newest first: names start with the time
-    except Exception as exc:
+    except Exception as exc:  # broad: boto3's or the file system's, as in _open_and_read
         with budget.commit():
             cache._warn(f"could not list the shared compile cache at {store.where} ({exc}); cold")
         return
@@ -196,13 +199,28 @@ def _read_all(cache: SharedCache, store: Store, live: Path, limit: int, budget: 
             finally:
                 shutil.rmtree(staged.staging, ignore_errors=True)
             present.update(staged.files)
-        except Exception as exc:  # EntryError, or the store's: this entry only
+        # Broad on purpose: EntryError, or the store's (boto3, the file system); either
+        # way only this entry is skipped.
+        except Exception as exc:
             with budget.commit():
                 facts["entries_skipped"] += 1
                 cache._warn(
                     f"shared compile cache entry {store.where.rstrip('/')}/{name} was skipped: "
                     f"{exc}. What it held is compiled again."
                 )
+
+
+def _apply_redis(cache: SharedCache, found: RedisFound) -> None:
+    """Put what :func:`~.redis_cache.open_redis` found into the job's shared cache."""
+    if found.remote_cache is not None:
+        cache.facts["remote_cache"] = found.remote_cache
+    if found.budget_hit:
+        cache.facts["read_budget_hit"] = True
+    if found.remote_cache:
+        cache.facts["warm"] = found.warm
+    cache.environment.update(found.environment)
+    for warning in found.warnings:
+        cache._warn(warning)
 
 
 def open_shared_cache(
@@ -232,7 +250,16 @@ def open_shared_cache(
     )
     cache.facts.update(location=location.shown, kind=location.kind, key=compat.key, warm=False)
     if location.kind == "redis":
-        open_redis(cache, engine, environ, remote_job=remote_job, gpu=gpu, insecure=insecure)
+        found = open_redis(
+            location,
+            engine,
+            environ,
+            remote_job=remote_job,
+            gpu=gpu,
+            insecure=insecure,
+            timeout_s=timeout_s,
+        )
+        _apply_redis(cache, found)
         return cache
     limit = read_limit(environ)  # a malformed limit fails the job before anything is read
     if engine == "jax":

@@ -1,6 +1,6 @@
 """Where the shared compile cache's entries are kept: a directory or an S3 prefix.
 
-An entry is one archive (see :mod:`trcomp_container.shared_cache`), written
+An entry is one archive (see :mod:`trcomp_container.caching.entry`), written
 once and never changed, so both stores only list, get and put whole objects:
 
 - :class:`DirectoryStore` writes a temp file next to the entry and renames it
@@ -17,7 +17,7 @@ once and never changed, so both stores only list, get and put whole objects:
   (:func:`aws_config`).
 
 A store call that hangs anyway (a file system that stopped answering) is
-bounded by the caller's wall-clock budget (:mod:`trcomp_container.shared_cache`).
+bounded by the caller's wall-clock budget (:mod:`trcomp_container.caching.shared`).
 """
 
 from __future__ import annotations
