@@ -357,7 +357,7 @@ class RankRecord:
     compile: CompileReport | None = None
     xla: XlaReport | None = None
     jax: dict[str, Any] | None = None
-    """The jax engine's counters (``trcomp.runtime_jax.StepStats``)."""
+    """The jax engine's counters (``trcomp.runtime.jax_engine.StepStats``)."""
     hook_error: str | None = None
 
     @property
