@@ -71,7 +71,7 @@ def run_env(kind: str, *, job: Path, cache: Path, base_env: Mapping[str, str]) -
     ``cache`` is its compile cache dir (``TRCOMP_CACHE_DIR``).
     """
     from trcomp import TrainingCompilerConfig
-    from trcomp_container.backends import resolve_backend
+    from trcomp_container.backends import resolve_backend, resolve_engine
     from trcomp_container.devices import Devices
     from trcomp_container.environment import build_environment
     from trcomp_container.job import JobPaths
@@ -91,9 +91,11 @@ def run_env(kind: str, *, job: Path, cache: Path, base_env: Mapping[str, str]) -
     for directory in (paths.model, paths.output_data, paths.code):
         directory.mkdir(parents=True, exist_ok=True)
     devices = Devices()
+    backend = resolve_backend(config, devices)
     return build_environment(
         config=config,
-        backend=resolve_backend(config, devices),
+        backend=backend,
+        engine=resolve_engine(config, backend, devices),
         devices=devices,
         paths=paths,
         base_env=base_env,
