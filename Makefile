@@ -67,10 +67,12 @@ test: install
 
 # The tests that pin torch's behaviour, on the second torch (2.14, $(VENV_214), made by
 # `make install-214`; `make test` runs them all on 2.9). Two parts:
-# - TESTS_214_PINS, the tests not marked slow: every torch private name and
+# - TESTS_214_PINS, the tests not marked slow: every torch private name (the in-process
+#   package's in tests/container/inprocess/test_torch_compat.py) and
 #   version-dependent behaviour the container relies on (the start-up hook, the runtime,
 #   regional compilation, inductor's options and remote-cache variables);
-# - TESTS_214_JOBS, whole: the no-harm tests, ahead-of-time artifacts, and the zero-code
+# - TESTS_214_JOBS, whole: the no-harm tests, the ledger (nothing left changed after the
+#   hook's close), ahead-of-time artifacts, and the zero-code
 #   corpus (tests/container/corpus/, each script eager against the default switch) on
 #   CORPUS_214's scripts: frozen adapters, activation checkpointing and the real
 #   process-mode jobs. Cold 2.14 compiles on a 2-core machine put the whole corpus at
@@ -83,9 +85,10 @@ TESTS_214_PINS := tests/container/test_autocompile.py tests/container/test_autoc
 	tests/container/test_hook.py tests/container/test_speedup.py \
 	tests/container/test_stepclock.py tests/container/test_runtime.py \
 	tests/container/test_compile_kwargs.py tests/container/test_probe.py \
-	tests/container/test_shared_cache_stalls.py tests/sdk/runtime/test_regions.py
+	tests/container/test_shared_cache_stalls.py tests/sdk/runtime/test_regions.py \
+	tests/container/inprocess/test_torch_compat.py
 TESTS_214_JOBS := tests/container/test_no_harm.py tests/container/test_aot.py \
-	tests/container/test_corpus.py
+	tests/container/test_corpus.py tests/container/inprocess/test_ledger.py
 PINS_214_MARKS ?= not slow
 CORPUS_214 ?= mlp_loop.py,lora_adapters.py,checkpoint_blocks.py
 # Both parts run even when the first fails (the target fails if either did).
