@@ -42,6 +42,7 @@ Standard library only at import; torch is passed in.
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -70,13 +71,17 @@ from trcomp_container.inprocess.policy import (
     candidate_reason,
     wrapped_by_ddp,
 )
+from trcomp_container.inprocess.speedup.exchange import exchange
+from trcomp_container.inprocess.verify import Verdict, verify_call
 
-__all__ = ["MAX_LOOKS", "AutoCompile"]
+__all__ = ["MAX_CHECKED_CALLS", "MAX_LOOKS", "AutoCompile"]
 
 # torch.compile(module) warns that global hooks fire an extra time for its wrapper;
 # ours are built for that (they skip the wrapper) and only live for the first step.
 _GLOBAL_HOOK_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
 _HOOKS = "autocompile: global module forward hooks"
+MAX_CHECKED_CALLS = 8
+"""Calls of one module verified in one round at most (a loop that steps no optimizer)."""
 MAX_LOOKS = 2000
 """Outermost calls looked at without a trained module before the hooks go (an inference
 script never steps an optimizer; the hooks must not slow every module call it makes)."""
@@ -93,6 +98,8 @@ class AutoCompile:
     model; ``on_error`` with a message when the hooks stopped over an error of their own.
     ``aot_dir``: where ahead-of-time artifacts are loaded from and saved to
     (:mod:`.aot`); None: never (the compile cache is off, or ``aot=False``).
+    ``verify``: check each compiled module against eager on its first compiled step
+    (:mod:`.verify`; ``compare_random``: its random stream too).
     ``mode`` says when the hook's compiled modules run eager; ``ledger`` records each
     change to the process (a fresh one when not given: tests).
     """
@@ -109,11 +116,15 @@ class AutoCompile:
         on_model: Callable[[Any, Any], None] | None = None,
         on_error: Callable[[str], None] | None = None,
         aot_dir: Path | None = None,
+        verify: bool = False,
+        compare_random: bool = True,
     ) -> None:
         self._torch = torch
         self._ledger = ledger if ledger is not None else Ledger()
         self.mode = mode if mode is not None else EagerMode(torch, self._ledger)
         self.aot_dir = aot_dir
+        self.verify = verify
+        self.compare_random = compare_random
         self.compile_kwargs = compile_kwargs
         self.fallback_eager = fallback_eager
         self.regional = regional
@@ -128,6 +139,7 @@ class AutoCompile:
         self._looks = 0
         self._seen: set[int] = set()
         self._codes: dict[str, CompiledModule] = {}
+        self._rounds = 0
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -179,8 +191,25 @@ class AutoCompile:
     # -- events -----------------------------------------------------------------
 
     def on_step(self) -> None:
-        """An optimizer step of the job's first optimizer: the search is over."""
+        """An optimizer step of the job's first optimizer: the search is over, and the
+        modules checked during the step get their verdict."""
         self.end_search()
+        self.conclude()
+
+    def conclude(self) -> None:
+        """The verdict of every module checked since the last step (the ranks agree)."""
+        checked = [entry for entry in self.compiled if entry.checking and entry.verdicts]
+        if not checked:
+            return
+        local = [next((v.problem for v in e.verdicts if v.problem), None) for e in checked]
+        problems = _agree_problems(local, self._rounds)
+        self._rounds += 1
+        for entry, problem in zip(checked, problems, strict=True):
+            entry.checking = False
+            entry.verdicts = []
+            entry.verified = problem is None
+            if problem is not None:
+                entry.failed = f"verification: {problem}"[:REASON_CHARS]
 
     def on_compile_start(self) -> None:
         """Dynamo starts compiling: once a trained module was seen, the global hooks go.
@@ -298,6 +327,7 @@ class AutoCompile:
         # What nn.Module.compile() does, with a frame dynamo traces: compiling
         # module._call_impl itself compiles nothing for modules defined in torch.nn
         # (Sequential, ...), whose frames dynamo skips.
+        entry.checking = self.verify
         before = torch_compat.compiled_call_impl(module)
         torch_compat.set_compiled_call_impl(module, self._guarded(module, compiled, entry))
         self._ledger.record(
@@ -344,6 +374,7 @@ class AutoCompile:
             self._torch.compile(self._traced(module, entry), **self.compile_kwargs), [], self._torch
         )
         entry.recompiled = "requires_grad of its parameters changed"
+        entry.checking, entry.verified = self.verify, None
         return entry.call
 
     def _guarded(
@@ -362,6 +393,8 @@ class AutoCompile:
             now = trained(module)
             if now != grads:
                 grads, compiled = now, owner._recompiled(module, entry)
+            if entry.checking:
+                return owner._checked(module, compiled, entry, args, kwargs)
             entry.calls += 1
             entry.last_call_eager = False
             saved = snapshot(module, torch) if entry.calls <= 3 else None
@@ -384,6 +417,37 @@ class AutoCompile:
             return module._call_impl(*args, **kwargs)
 
         return call
+
+    def _checked(
+        self,
+        module: Any,
+        compiled: Callable[..., Any],
+        entry: CompiledModule,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """One call verified against eager; the script gets eager's output."""
+        verdict = Verdict()
+        entry.verdicts.append(verdict)
+        started = time.perf_counter()
+        self._depth += 1
+        try:
+            return verify_call(
+                self._torch,
+                module,
+                compiled,
+                args,
+                kwargs,
+                verdict=verdict,
+                compare_random=self.compare_random,
+                catch=self.fallback_eager,
+            )
+        finally:
+            self._depth = max(0, self._depth - 1)
+            entry.verified_calls += 1
+            entry.verify_s += time.perf_counter() - started
+            if len(entry.verdicts) >= MAX_CHECKED_CALLS:
+                self.conclude()  # a loop without an optimizer: do not check forever
 
     def limit_hit(self, code_name: str, limit: str, reason: str) -> None:
         """Dynamo stopped compiling one of the hook's modules (a limit): note which and why."""
@@ -409,6 +473,24 @@ class AutoCompile:
             "skipped": dict(self.skipped),
             "error": self.error,
         }
+
+
+def _agree_problems(local: list[str | None], round_: int) -> list[str | None]:
+    """Every rank's verdicts, module by module: a module that failed on one rank fails on all
+    (through the c10d store, as the speed-up figures)."""
+    ranks = exchange(local, topic=f"verify/{round_}")
+    if len(ranks) < 2:
+        return local
+    agreed: list[str | None] = []
+    for index, problem in enumerate(local):
+        found = problem
+        for rank, theirs in enumerate(ranks):
+            if found is None and (theirs is None or index >= len(theirs)):
+                found = f"rank {rank} did not report its check"
+            elif found is None and theirs[index]:
+                found = f"on rank {rank}: {theirs[index]}"
+        agreed.append(found)
+    return agreed
 
 
 def _drop_filter(entry: Any) -> None:

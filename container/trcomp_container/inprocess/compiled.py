@@ -8,11 +8,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trcomp.runtime.regions import RegionalCall
 from trcomp_container.inprocess.aot import AotCall
+from trcomp_container.inprocess.verify import Verdict
 
 __all__ = [
     "CODE_NAME",
@@ -56,6 +57,14 @@ class CompiledModule:
     """Its ahead-of-time artifact (torch >= 2.14, compile cache on), when it may have one."""
     aot_off: str | None = None
     """Why it has none, when the job keeps artifacts."""
+    checking: bool = False
+    """Its calls are being verified against eager (:mod:`.verify`) until the step ends."""
+    verdicts: list[Verdict] = field(default_factory=list)
+    """What each verified call found (this round)."""
+    verified_calls: int = 0
+    verify_s: float = 0.0
+    verified: bool | None = None
+    """True: compiled matched eager; False: it did not (``failed`` says how); None: not yet."""
 
     @property
     def ran_aot(self) -> bool:
@@ -84,6 +93,9 @@ class CompiledModule:
             "ran_compiled": self.ran_compiled,
             "limit": self.limit,
             "recompiled": self.recompiled,
+            "verified": self.verified,
+            "verified_calls": self.verified_calls,
+            "verify_s": round(self.verify_s, 4),
             "aot": self.aot.state.as_dict()
             if self.aot is not None
             else (None if self.aot_off is None else {"path": "off", "reason": self.aot_off}),

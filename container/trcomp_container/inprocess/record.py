@@ -210,6 +210,12 @@ class ModuleReport(_Flat):
     """Dynamo's limit it hit, with the last recompile reason."""
     recompiled: str | None = None
     """Why the hook compiled it afresh, if it did."""
+    verified: bool | None = None
+    """Checked against eager: True matched, False did not (``failed`` says how), None not yet."""
+    verified_calls: int = 0
+    """Calls run both ways for the check."""
+    verify_s: float = 0.0
+    """Seconds those calls took (the module's first compile included)."""
     aot: ModuleAot | None = None
 
     @classmethod

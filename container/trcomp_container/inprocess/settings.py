@@ -95,9 +95,16 @@ class Settings:
 
     @property
     def inductor_options(self) -> dict[str, Any]:
-        """The config's ``inductor_options`` under the inductor backend (applied once, when
-        torch is imported); none under another backend."""
+        """The inductor options of the job under the inductor backend (applied once, when
+        torch is imported); none under another backend.
+
+        The config's ``inductor_options``, and ``fallback_random`` unless ``fast_random``
+        (or the options) say otherwise: compiled code draws eager's random numbers.
+        """
         config = self.config()
         if config is None or config.backend != "inductor":
             return {}
-        return dict(config.inductor_options)
+        options = dict(config.inductor_options)
+        if config.enabled and not getattr(config, "fast_random", False):
+            options.setdefault("fallback_random", True)
+        return options

@@ -80,6 +80,9 @@ class Switch:
                 on_model=self._on_model,
                 on_error=self.warnings.append,
                 aot_dir=cache / AOT_DIR if keep_aot and cache is not None else None,
+                # getattr: a RuntimeConfig written by an older trcomp has neither field.
+                verify=getattr(config, "verify", True),
+                compare_random=not getattr(config, "fast_random", False),
             )
             self.autocompile.install()
 

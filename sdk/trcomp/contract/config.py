@@ -66,6 +66,8 @@ _NEWER_FIELDS = (
     "regional",
     "measure_speedup",
     "aot",
+    "verify",
+    "fast_random",
 )
 # Values echoed in error messages are cut to this many characters.
 _SHOWN_CHARS = 80
@@ -239,6 +241,24 @@ class TrainingCompilerConfig(BaseModel):
         "Inductor only.",
     )
 
+    verify: bool = Field(
+        default=True,
+        description="Check each module the zero-code path compiles against eager on its "
+        "first compiled step (outputs, parameter gradients, buffer updates, the random "
+        "stream): a module that differs, fails or is differentiated twice stays eager, "
+        "named in the summary. Costs one step run both ways. False: compiled code trains "
+        "unchecked, so a compiler bug can change or stop the job. Inductor only.",
+    )
+
+    fast_random: bool = Field(
+        default=False,
+        description="Let compiled code draw random numbers (dropout) with inductor's own "
+        "generator: faster, but the script's random stream changes (dropout masks, and "
+        "data order from the next draw on), so the job no longer matches a compiler-off "
+        "job. False: compiled code draws the same numbers as eager "
+        "(torch._inductor.config.fallback_random). Inductor only.",
+    )
+
     @field_validator("xla_flags")
     @classmethod
     def _check_xla_flags(cls, flags: list[str]) -> list[str]:
@@ -280,6 +300,8 @@ class TrainingCompilerConfig(BaseModel):
                 "regional": self.regional is not None,
                 "measure_speedup=False": not self.measure_speedup,
                 "aot=False": not self.aot,
+                "verify=False": not self.verify,
+                "fast_random": self.fast_random,
             }
             bad = [name for name, is_set in inductor_only.items() if is_set]
             if bad:

@@ -69,6 +69,8 @@ class RuntimeConfig(BaseModel):
     regional: bool | None = None
     measure_speedup: bool = True
     aot: bool = True
+    verify: bool = True
+    fast_random: bool = False
     requested_backend: Backend = Field(
         default="auto", description="The config's backend, before `auto` was resolved."
     )

@@ -56,6 +56,9 @@ MODULE = {
     "ran_compiled": True,
     "limit": None,
     "recompiled": None,
+    "verified": True,
+    "verified_calls": 1,
+    "verify_s": 0.5,
     "aot": AOT_SAVED,
 }
 AUTOCOMPILE = {

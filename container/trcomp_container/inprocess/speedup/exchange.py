@@ -18,8 +18,8 @@ __all__ = ["EXCHANGE_TIMEOUT_S", "exchange"]
 EXCHANGE_TIMEOUT_S = 60.0
 
 
-def exchange(local: list[float] | None, *, topic: str = "speedup") -> list[Any]:
-    """``local`` from every rank, rank order; ``[None]`` when a rank's value never came."""
+def exchange(local: Any, *, topic: str = "speedup") -> list[Any]:
+    """``local`` (JSON-able) from every rank, rank order; ``[None]`` when one never came."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:

@@ -1,0 +1,170 @@
+"""Verified compile: each failure class the gate covers, caught, with the summary's reason.
+
+In this process with real torch: dynamo's ``aot_eager`` backend (tracing and
+autograd without code generation) where the pattern is torch's own bug or the
+gate's logic, inductor where it is inductor's random numbers. Each script's
+losses must equal the same script run eager: the step that is checked runs on
+eager's result.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from trcomp_container.inprocess import autocompile
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def hooks(**kwargs) -> autocompile.AutoCompile:
+    options = {
+        "compile_kwargs": {"backend": "aot_eager"},
+        "fallback_eager": True,
+        "verify": True,
+        **kwargs,
+    }
+    policy = autocompile.AutoCompile(torch, **options)
+    policy.install()
+    return policy
+
+
+def train(make, steps: int = 5, policy=None, penalty: bool = False) -> list[float]:
+    """Per-step losses of a plain loop; ``policy`` gets the step events a session sends."""
+    torch.manual_seed(0)
+    model = make()
+    batches = [torch.randn(6, 4) for _ in range(steps)]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    try:
+        for x in batches:
+            loss = model(x).pow(2).mean()
+            if penalty:  # a WGAN-GP style gradient penalty: double backward through the model
+                point = x.clone().requires_grad_(True)
+                (grad,) = torch.autograd.grad(model(point).sum(), point, create_graph=True)
+                loss = loss + (grad.norm(dim=1) - 1).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if policy is not None:
+                policy.on_step()
+            losses.append(float(loss))
+    finally:
+        if policy is not None:
+            policy.end_search()
+    return losses
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 8)
+        self.b = nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+class Centered(Net):
+    """DINO-style centering: reads a buffer, then updates it in place under no_grad."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("center", torch.zeros(8))
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        out = self.b(h * (h - self.center))
+        with torch.no_grad():
+            self.center.mul_(0.5).add_(h.mean(0), alpha=0.5)
+        return out
+
+
+def test_a_correct_model_is_verified_and_then_runs_compiled():
+    policy = hooks()
+    losses = train(Net, policy=policy)
+    (entry,) = policy.compiled
+    assert entry.verified is True and entry.failed is None
+    assert entry.verified_calls == 1 and entry.calls >= 3  # steps 3 to 5 ran compiled
+    assert losses == pytest.approx(train(Net), abs=1e-5)
+
+
+def test_wrong_gradients_from_a_buffer_updated_after_it_was_read_are_caught():
+    eager = train(Centered)
+    policy = hooks()
+    losses = train(Centered, policy=policy)
+    (entry,) = policy.compiled
+    assert entry.verified is False and entry.failed.startswith("verification: ")
+    assert "differs by" in entry.failed, entry.failed
+    assert not entry.ran_compiled
+    assert losses == pytest.approx(eager, abs=1e-6)
+
+
+def test_a_backward_compile_error_is_caught_and_the_script_trains_on():
+    from torch._dynamo.backends.common import aot_autograd
+
+    def refuse(gm, example_inputs):
+        raise RuntimeError("backward compiler refused this graph")
+
+    backend = aot_autograd(fw_compiler=lambda gm, example_inputs: gm, bw_compiler=refuse)
+    eager = train(Net)
+    policy = hooks(compile_kwargs={"backend": backend})
+    losses = train(Net, policy=policy)
+    (entry,) = policy.compiled
+    assert entry.verified is False
+    assert "backward compiler refused this graph" in entry.failed
+    assert losses == pytest.approx(eager, abs=1e-6)
+
+
+def test_double_backward_through_the_module_keeps_it_eager():
+    eager = train(Net, penalty=True)
+    policy = hooks()
+    losses = train(Net, policy=policy, penalty=True)
+    (entry,) = policy.compiled
+    assert entry.verified is False and "create_graph=True" in entry.failed
+    assert losses == pytest.approx(eager, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_inductors_own_random_numbers_are_caught_and_fallback_random_passes():
+    class Dropped(Net):
+        def forward(self, x):
+            return self.b(nn.functional.dropout(torch.tanh(self.a(x)), 0.3, self.training))
+
+    config = torch._inductor.config
+    results = {}
+    for fallback in (False, True):
+        torch._dynamo.reset()
+        with config.patch(fallback_random=fallback):
+            policy = hooks(compile_kwargs={"backend": "inductor"})
+            losses = train(Dropped, steps=3, policy=policy)
+        results[fallback] = (policy.compiled[0], losses)
+    eager = train(Dropped, steps=3)
+    assert "random numbers differently" in (results[False][0].failed or "")
+    assert results[True][0].verified is True
+    for _, losses in results.values():
+        assert losses == pytest.approx(eager, abs=1e-5)
+
+
+def test_a_loop_without_an_optimizer_is_not_checked_forever():
+    policy = hooks()
+    torch.manual_seed(0)
+    model = Net()
+    try:
+        for _ in range(autocompile.MAX_CHECKED_CALLS + 3):
+            model(torch.randn(2, 4)).sum().backward()
+            with torch.no_grad():
+                for param in model.parameters():
+                    param -= 0.01 * param.grad
+                    param.grad = None
+    finally:
+        policy.end_search()
+    (entry,) = policy.compiled
+    assert entry.verified is True and entry.verified_calls == autocompile.MAX_CHECKED_CALLS
