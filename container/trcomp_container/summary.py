@@ -241,6 +241,9 @@ def speedup_line(speedup: Mapping[str, Any] | None) -> str:
         f"{speedup['compiled_step_s']:.4g} s, eager {speedup['eager_step_s']:.4g} s per "
         f"step); kept {speedup['kept']}"
     )
+    reason = str(speedup.get("reason") or "")
+    if reason.startswith("too noisy to decide"):
+        line += " (too noisy to decide)"
     if speedup.get("cost_s") is not None:
         line += f"; measuring cost {speedup['cost_s']:.3g} s"
     return line

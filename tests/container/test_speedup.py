@@ -288,3 +288,14 @@ def test_engines_without_eager_in_process_say_why(tmp_path: Path):
     report = switch_module.Switch(torch, config, Settings.from_env({})).report(wall_s=1.0)
     assert report["speedup"]["decision"] is None
     assert "torch-xla" in report["speedup"]["not_measured"]
+
+
+def test_a_loop_without_an_optimizer_is_told_why_it_was_not_measured():
+    import torch
+
+    config = RuntimeConfig(enabled=True, backend="inductor", engine="inductor", auto_compile=False)
+    switch = switch_module.Switch(torch, config, Settings.from_env({}))
+    assert (
+        "stepped no torch.optim optimizer" in switch.report(1.0, steps=0)["speedup"]["not_measured"]
+    )
+    assert "it needs 15 optimizer steps" in switch.report(1.0, steps=6)["speedup"]["not_measured"]

@@ -11,6 +11,7 @@ from trcomp_container.summary import (
     metric_lines,
     read_rank_records,
     render_block,
+    speedup_line,
     steady_step_time,
 )
 
@@ -117,3 +118,18 @@ def test_jax_engine_records_use_the_step_program_counts():
     assert summary["engine"] == "jax" and summary["ranks"][0]["jax"] == jax
     assert "xla on the jax engine" in render_block(summary)
     assert parse_metrics("\n".join(metric_lines(summary)))["graphs_compiled"] == 3
+
+
+def test_the_printed_speedup_says_when_it_was_too_noisy_to_decide():
+    noisy = {
+        "kept": "compiled",
+        "speedup_vs_eager": 0.6,
+        "compiled_step_s": 0.05,
+        "eager_step_s": 0.03,
+        "source": "measured",
+        "reason": "too noisy to decide: the compiled steps ran 40.00 ms before and 60.00 ms "
+        "after the eager ones (30.00 ms), more than 20% apart: kept compiling",
+    }
+    line = speedup_line(noisy)
+    assert line.startswith("0.60x vs eager") and "(too noisy to decide)" in line
+    assert "too noisy" not in speedup_line({**noisy, "reason": "compiled steps ran 0.60x"})

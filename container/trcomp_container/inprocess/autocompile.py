@@ -42,7 +42,6 @@ Standard library only at import; torch is passed in.
 from __future__ import annotations
 
 import logging
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -53,15 +52,13 @@ from trcomp.runtime import regions
 from trcomp.runtime.regions import RegionalCall, compile_in_place
 from trcomp_container.inprocess import torch_compat
 from trcomp_container.inprocess.aot import AotCall, unsupported_reason
+from trcomp_container.inprocess.calls import MAX_CHECKED_CALLS, guarded_call
 from trcomp_container.inprocess.compiled import (
     CODE_NAME,
     LIMIT_LOGGER,
     REASON_CHARS,
     CompiledModule,
     LimitLog,
-    restore,
-    snapshot,
-    trained,
 )
 from trcomp_container.inprocess.eager import EagerMode
 from trcomp_container.inprocess.ledger import Ledger
@@ -71,8 +68,7 @@ from trcomp_container.inprocess.policy import (
     candidate_reason,
     wrapped_by_ddp,
 )
-from trcomp_container.inprocess.speedup.exchange import exchange
-from trcomp_container.inprocess.verify import Verdict, verify_call
+from trcomp_container.inprocess.verify import agree_verdicts
 
 __all__ = ["MAX_CHECKED_CALLS", "MAX_LOOKS", "AutoCompile"]
 
@@ -80,8 +76,6 @@ __all__ = ["MAX_CHECKED_CALLS", "MAX_LOOKS", "AutoCompile"]
 # ours are built for that (they skip the wrapper) and only live for the first step.
 _GLOBAL_HOOK_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
 _HOOKS = "autocompile: global module forward hooks"
-MAX_CHECKED_CALLS = 8
-"""Calls of one module verified in one round at most (a loop that steps no optimizer)."""
 MAX_LOOKS = 2000
 """Outermost calls looked at without a trained module before the hooks go (an inference
 script never steps an optimizer; the hooks must not slow every module call it makes)."""
@@ -119,7 +113,7 @@ class AutoCompile:
         verify: bool = False,
         compare_random: bool = True,
     ) -> None:
-        self._torch = torch
+        self.torch = torch
         self._ledger = ledger if ledger is not None else Ledger()
         self.mode = mode if mode is not None else EagerMode(torch, self._ledger)
         self.aot_dir = aot_dir
@@ -131,11 +125,14 @@ class AutoCompile:
         self.on_model = on_model
         self.on_error = on_error
         self.compiled: list[CompiledModule] = []
+        self.superseded: list[str] = []
+        """Submodules compiled first, then compiled as part of the outermost module."""
+        self._modules: dict[int, CompiledModule] = {}
         self.skipped: dict[str, str] = {}
         self.script_compiled: list[str] = []
         self.error: str | None = None
         self.active = False
-        self._depth = 0
+        self.depth = 0
         self._looks = 0
         self._seen: set[int] = set()
         self._codes: dict[str, CompiledModule] = {}
@@ -202,7 +199,7 @@ class AutoCompile:
         if not checked:
             return
         local = [next((v.problem for v in e.verdicts if v.problem), None) for e in checked]
-        problems = _agree_problems(local, self._rounds)
+        problems = agree_verdicts(local, self._rounds)
         self._rounds += 1
         for entry, problem in zip(checked, problems, strict=True):
             entry.checking = False
@@ -230,19 +227,19 @@ class AutoCompile:
     def _pre(self, module: Any, args: Any) -> None:
         # Traced by dynamo inside compiled modules: is_compiling() folds to True there,
         # so the hook is a no-op in every graph (no graph break, nothing counted).
-        if self._torch.compiler.is_compiling():
+        if self.torch.compiler.is_compiling():
             return
         try:
-            self._depth += 1
-            if self._depth == 1 and id(module) not in self._seen:
+            self.depth += 1
+            if self.depth == 1 and id(module) not in self._seen:
                 self._consider(module, args)
         except Exception as exc:  # the hooks' no-harm boundary: never break the script
             self._stop(f"{type(exc).__name__}: {exc}")
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if self._torch.compiler.is_compiling():
+        if self.torch.compiler.is_compiling():
             return
-        self._depth = max(0, self._depth - 1)
+        self.depth = max(0, self.depth - 1)
 
     def _stop(self, message: str) -> None:
         self.error = f"the zero-code hook stopped, modules not yet compiled stay eager: {message}"[
@@ -258,7 +255,8 @@ class AutoCompile:
             # during backward): not the script calling its model.
             return
         name = type(getattr(module, "_orig_mod", module)).__name__
-        reason = candidate_reason(module, self._torch)
+        ours = frozenset(self._modules)
+        reason = candidate_reason(module, self.torch, ours)
         if reason in REENTRANT:
             self.skipped[name] = reason  # looked at again at its next call
             self._looks += 1
@@ -277,11 +275,24 @@ class AutoCompile:
         self.skipped.pop(name, None)
         # DDP's own forward does not trace (torch 2.9 broke the graph there and compiled
         # nothing): compile the module it wraps; its gradient hooks stay outside the graph.
-        inner = wrapped_by_ddp(module, self._torch)
+        inner = wrapped_by_ddp(module, self.torch)
         self._notify(inner if inner is not None else module, args)
         if inner is not None:
             module, name = inner, f"{name}({type(inner).__name__})"
+        self._supersede(module)
         self._compile(module, name)
+
+    def _supersede(self, module: Any) -> None:
+        """Take back the hook's compile of submodules of ``module``: the trained model is the
+        outermost module, and a part called on its own first (a dry run in ``__init__``, a
+        parametrization) was taken for it."""
+        for sub in module.modules():
+            entry = self._modules.pop(id(sub), None)
+            if entry is None or sub is module:
+                continue
+            self._ledger.undo(_call_change(entry, sub))
+            self.compiled.remove(entry)
+            self.superseded.append(entry.name)
 
     def _notify(self, module: Any, args: Any) -> None:
         if self.on_model is not None:
@@ -295,7 +306,7 @@ class AutoCompile:
         try:
             entry.call = compile_in_place(
                 module,
-                self._torch,
+                self.torch,
                 self.compile_kwargs,
                 regional=self.regional,
                 call=self._traced(module, entry),
@@ -310,10 +321,10 @@ class AutoCompile:
             )
         compiled: Callable[..., Any] = entry.call
         if self.aot_dir is not None and not entry.call.groups:
-            entry.aot_off = unsupported_reason(self._torch, module, self.compile_kwargs)
+            entry.aot_off = unsupported_reason(self.torch, module, self.compile_kwargs)
             if entry.aot_off is None:
                 entry.aot = AotCall(
-                    self._torch,
+                    self.torch,
                     module,
                     entry.call,
                     compile_kwargs=self.compile_kwargs,
@@ -330,8 +341,9 @@ class AutoCompile:
         entry.checking = self.verify
         before = torch_compat.compiled_call_impl(module)
         torch_compat.set_compiled_call_impl(module, self._guarded(module, compiled, entry))
+        self._modules[id(module)] = entry
         self._ledger.record(
-            f"autocompile: compiled call of {name}",
+            _call_change(entry, module),
             lambda: torch_compat.set_compiled_call_impl(module, before),
         )
 
@@ -346,7 +358,7 @@ class AutoCompile:
         Dynamo keeps compiled entries, and counts its recompile limit, per code
         object: one shared function would make the 9th module compiled run eager.
         """
-        is_compiling = self._torch.compiler.is_compiling
+        is_compiling = self.torch.compiler.is_compiling
 
         def traced(*args: Any, **kwargs: Any) -> Any:
             if not is_compiling():  # folded to False in compiled code: runs only eager
@@ -371,7 +383,7 @@ class AutoCompile:
         if entry.aot is not None:
             entry.aot.state.reason = "not used after requires_grad of its parameters changed"
         entry.call = RegionalCall(
-            self._torch.compile(self._traced(module, entry), **self.compile_kwargs), [], self._torch
+            self.torch.compile(self._traced(module, entry), **self.compile_kwargs), [], self.torch
         )
         entry.recompiled = "requires_grad of its parameters changed"
         entry.checking, entry.verified = self.verify, None
@@ -380,74 +392,7 @@ class AutoCompile:
     def _guarded(
         self, module: Any, compiled: Callable[..., Any], entry: CompiledModule
     ) -> Callable[..., Any]:
-        dynamo_error = torch_compat.dynamo_exception()
-        owner = self
-        torch = self._torch
-        grads = trained(module)
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            nonlocal compiled, grads
-            # torch.jit.trace of the model (an export after training) records eager ops.
-            if entry.failed is not None or owner.mode.hook_eager or torch.jit.is_tracing():
-                return module._call_impl(*args, **kwargs)
-            now = trained(module)
-            if now != grads:
-                grads, compiled = now, owner._recompiled(module, entry)
-            if entry.checking:
-                return owner._checked(module, compiled, entry, args, kwargs)
-            entry.calls += 1
-            entry.last_call_eager = False
-            saved = snapshot(module, torch) if entry.calls <= 3 else None
-            # The module's own pre-hook does not run on this path (nn.Module calls
-            # _compiled_call_impl instead of _call_impl): count the call as the outermost
-            # one, so what the compiled code calls is not taken for the script's model
-            # (torch 2.14's aot_eager runs the graph as an fx GraphModule, grad disabled).
-            owner._depth += 1
-            try:
-                return compiled(*args, **kwargs)
-            except dynamo_error as exc:
-                if not owner.fallback_eager:
-                    raise
-                # The eager call below raises the script's own error if it was one.
-                entry.failed = f"{type(exc).__name__}: {exc}"[:REASON_CHARS]
-                if saved is not None:
-                    restore(module, torch, saved)
-            finally:
-                owner._depth = max(0, owner._depth - 1)
-            return module._call_impl(*args, **kwargs)
-
-        return call
-
-    def _checked(
-        self,
-        module: Any,
-        compiled: Callable[..., Any],
-        entry: CompiledModule,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        """One call verified against eager; the script gets eager's output."""
-        verdict = Verdict()
-        entry.verdicts.append(verdict)
-        started = time.perf_counter()
-        self._depth += 1
-        try:
-            return verify_call(
-                self._torch,
-                module,
-                compiled,
-                args,
-                kwargs,
-                verdict=verdict,
-                compare_random=self.compare_random,
-                catch=self.fallback_eager,
-            )
-        finally:
-            self._depth = max(0, self._depth - 1)
-            entry.verified_calls += 1
-            entry.verify_s += time.perf_counter() - started
-            if len(entry.verdicts) >= MAX_CHECKED_CALLS:
-                self.conclude()  # a loop without an optimizer: do not check forever
+        return guarded_call(self, module, compiled, entry)
 
     def limit_hit(self, code_name: str, limit: str, reason: str) -> None:
         """Dynamo stopped compiling one of the hook's modules (a limit): note which and why."""
@@ -475,22 +420,9 @@ class AutoCompile:
         }
 
 
-def _agree_problems(local: list[str | None], round_: int) -> list[str | None]:
-    """Every rank's verdicts, module by module: a module that failed on one rank fails on all
-    (through the c10d store, as the speed-up figures)."""
-    ranks = exchange(local, topic=f"verify/{round_}")
-    if len(ranks) < 2:
-        return local
-    agreed: list[str | None] = []
-    for index, problem in enumerate(local):
-        found = problem
-        for rank, theirs in enumerate(ranks):
-            if found is None and (theirs is None or index >= len(theirs)):
-                found = f"rank {rank} did not report its check"
-            elif found is None and theirs[index]:
-                found = f"on rank {rank}: {theirs[index]}"
-        agreed.append(found)
-    return agreed
+def _call_change(entry: CompiledModule, module: Any) -> str:
+    """The ledger's name for the compiled call the hook gave ``module``."""
+    return f"autocompile: compiled call of {entry.name} ({id(module):x})"
 
 
 def _drop_filter(entry: Any) -> None:

@@ -31,9 +31,13 @@ REENTRANT = (
 """Reasons that may change before the first optimizer step: the module is looked at again."""
 
 
-def candidate_reason(module: Any, torch: Any) -> str | None:
-    """Why ``module`` (called at the outermost level) is not compiled; None: compile it."""
-    if script_compiled(module):
+def candidate_reason(module: Any, torch: Any, ours: frozenset[int] = frozenset()) -> str | None:
+    """Why ``module`` (called at the outermost level) is not compiled; None: compile it.
+
+    ``ours``: ids of modules the hook compiled itself (a submodule called on its own
+    first, e.g. a dry run in ``__init__``): they do not make the module the script's.
+    """
+    if script_compiled(module, ours):
         return SCRIPT_COMPILED
     if isinstance(module, torch.nn.DataParallel):
         return (
@@ -53,7 +57,7 @@ def candidate_reason(module: Any, torch: Any) -> str | None:
     return None
 
 
-def script_compiled(module: Any) -> bool:
+def script_compiled(module: Any, ours: frozenset[int] = frozenset()) -> bool:
     """Whether the script compiled ``module`` or one of its submodules itself.
 
     A submodule compiled by the script (regional compilation by trcomp.runtime or
@@ -63,6 +67,8 @@ def script_compiled(module: Any) -> bool:
     if optimized is not None and isinstance(module, optimized):
         return True
     for sub in module.modules():
+        if id(sub) in ours:
+            continue
         if torch_compat.compiled_call_impl(sub) is not None:
             return True
         if optimized is not None and isinstance(sub, optimized):

@@ -41,7 +41,7 @@ def build_record(session: Session) -> RankRecord:
 
     with session.guarded(failed):
         if switch is not None:
-            body.update(switch.report(wall_s))
+            body.update(switch.report(wall_s, state.steps))
             body["warnings"] = [*state.warnings, *switch.warnings]
         aot = switch.aot_report() if switch is not None else None
         body["compile"] = reports.compile_report(

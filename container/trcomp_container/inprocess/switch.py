@@ -61,6 +61,7 @@ class Switch:
         self._model_signature: str | None = None
         self._key: str | None = None
         self._other_steps = 0
+        self._model_id: int | None = None
         cache = settings.cache_dir
         self.store = DecisionStore(cache / STORE_FILE) if cache else None
         if self.engine != "inductor":
@@ -89,8 +90,9 @@ class Switch:
     # -- the model --------------------------------------------------------------
 
     def _on_model(self, module: Any, args: Any) -> None:
-        if self._model_signature is not None:
+        if self._model_signature is not None and not self._contains_model(module):
             return
+        self._model_id = id(module)
         self._model_signature = module_signature(module)
         self._key = decision_key(
             self._torch,
@@ -114,6 +116,13 @@ class Switch:
         self.probe.use_stored()
         if stored.keep == "eager":
             self._set_eager(True)
+
+    def _contains_model(self, module: Any) -> bool:
+        """Whether ``module`` holds the module keyed so far (a part called first): the
+        decision is then keyed by the whole model."""
+        return self._model_id != id(module) and any(
+            id(sub) == self._model_id for sub in module.modules()
+        )
 
     # -- events -----------------------------------------------------------------
 
@@ -218,15 +227,16 @@ class Switch:
 
     # -- report -----------------------------------------------------------------
 
-    def report(self, wall_s: float) -> dict[str, Any]:
-        """The ``autocompile`` and ``speedup`` parts of this process's record."""
+    def report(self, wall_s: float, steps: int = 0) -> dict[str, Any]:
+        """The ``autocompile`` and ``speedup`` parts of this process's record (``steps``:
+        the optimizer steps the session counted)."""
         graphs = torch_compat.unique_graphs()
         return {
             "autocompile": self.autocompile.report(graphs) if self.autocompile else None,
-            "speedup": self._speedup_report(wall_s),
+            "speedup": self._speedup_report(wall_s, steps),
         }
 
-    def _speedup_report(self, wall_s: float) -> dict[str, Any]:
+    def _speedup_report(self, wall_s: float, steps: int) -> dict[str, Any]:
         if self.engine in NO_EAGER_IN_PROCESS:
             return {"decision": None, "not_measured": NO_EAGER_IN_PROCESS[self.engine]}
         if self.engine is None:
@@ -242,7 +252,12 @@ class Switch:
             "cost_s": None,
             "cost_share": None,
         }
-        if self.decision is None and report["not_measured"] is None:
+        if self.decision is None and report["not_measured"] is None and steps == 0:
+            report["not_measured"] = (
+                "the script stepped no torch.optim optimizer: the speed-up is measured on "
+                "optimizer steps (a loop that updates its weights by hand is not measured)"
+            )
+        elif self.decision is None and report["not_measured"] is None:
             report["not_measured"] = (
                 f"the job ended before the measurement was done (it needs "
                 f"{self.probe.steps_needed()} optimizer steps)"

@@ -36,7 +36,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TOLERANCES", "Verdict", "verify_call"]
+from trcomp_container.inprocess.speedup.exchange import exchange
+
+__all__ = ["TOLERANCES", "Verdict", "agree_verdicts", "verify_call"]
 
 TOLERANCES = {"float32": (1e-3, 1e-6), "float64": (1e-6, 1e-9), "bfloat16": (5e-2, 1e-3)}
 """dtype -> (relative to the largest magnitude, absolute floor); others use float16's."""
@@ -66,6 +68,8 @@ def verify_call(
 ) -> Any:
     """Run ``module``'s call both ways; return eager's output and fill in ``verdict``.
 
+    ``compare_random``: False (``fast_random``) checks a module that draws random numbers
+    only for running, since its values cannot match.
     ``catch``: an error of the compiled side is a verdict (``fallback="eager"``); False
     lets it fail the job (``fallback="fail"``).
     """
@@ -94,6 +98,9 @@ def verify_call(
     if compiled_side is None:
         return out
     outputs_c, grads_c, buffers_c, rng_c = compiled_side
+    drew = not all(bool(torch.equal(a, b)) for a, b in zip(before[1], _rng(torch), strict=True))
+    if drew and not compare_random:
+        return out  # its own random numbers (fast_random): only that it ran can be checked
     try:
         grads_e = _vjp(torch, flat, params, retain=True)
     except RuntimeError:  # eager cannot take this backward (no graph): nothing to compare
@@ -107,6 +114,24 @@ def verify_call(
         (rng_c, _rng(torch)) if compare_random else None,
     )
     return out
+
+
+def agree_verdicts(local: list[str | None], round_: int) -> list[str | None]:
+    """Every rank's verdicts, module by module: a module that failed on one rank fails on all
+    (through the c10d store, as the speed-up figures)."""
+    ranks = exchange(local, topic=f"verify/{round_}")
+    if len(ranks) < 2:
+        return local
+    agreed: list[str | None] = []
+    for index, problem in enumerate(local):
+        found = problem
+        for rank, theirs in enumerate(ranks):
+            if found is None and (theirs is None or index >= len(theirs)):
+                found = f"rank {rank} did not report its check"
+            elif found is None and theirs[index]:
+                found = f"on rank {rank}: {theirs[index]}"
+        agreed.append(found)
+    return agreed
 
 
 def _compare(

@@ -151,6 +151,12 @@ def test_inductors_own_random_numbers_are_caught_and_fallback_random_passes():
     assert results[True][0].verified is True
     for _, losses in results.values():
         assert losses == pytest.approx(eager, abs=1e-5)
+    # fast_random=True: inductor's own numbers are the user's choice; the check shows it runs.
+    torch._dynamo.reset()
+    with config.patch(fallback_random=False):
+        policy = hooks(compile_kwargs={"backend": "inductor"}, compare_random=False)
+        train(Dropped, steps=3, policy=policy)
+    assert policy.compiled[0].verified is True and policy.compiled[0].ran_compiled
 
 
 def test_a_loop_without_an_optimizer_is_not_checked_forever():
@@ -168,3 +174,25 @@ def test_a_loop_without_an_optimizer_is_not_checked_forever():
         policy.end_search()
     (entry,) = policy.compiled
     assert entry.verified is True and entry.verified_calls == autocompile.MAX_CHECKED_CALLS
+
+
+class DryRun(nn.Module):
+    """Sizes its head by calling its feature extractor once in ``__init__``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Linear(4, 8), nn.Tanh())
+        width = self.features(torch.zeros(1, 4)).shape[1]
+        self.head = nn.Linear(width, 1)
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+def test_the_trained_model_is_compiled_when_a_part_was_called_first():
+    policy = hooks()
+    losses = train(DryRun, policy=policy)
+    assert [entry.name for entry in policy.compiled] == ["DryRun"]
+    assert policy.superseded == ["Sequential"] and policy.script_compiled == []
+    assert policy.compiled[0].ran_compiled and policy.compiled[0].verified is True
+    assert losses == pytest.approx(train(DryRun), abs=1e-5)

@@ -1,0 +1,103 @@
+"""The call a compiled module runs: eager, verified against eager, or compiled.
+
+Part of the zero-code path (:mod:`.autocompile`); standard library only at import.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from trcomp_container.inprocess import torch_compat
+from trcomp_container.inprocess.compiled import (
+    REASON_CHARS,
+    CompiledModule,
+    restore,
+    snapshot,
+    trained,
+)
+from trcomp_container.inprocess.verify import Verdict, verify_call
+
+if TYPE_CHECKING:
+    from trcomp_container.inprocess.autocompile import AutoCompile
+
+__all__ = ["MAX_CHECKED_CALLS", "guarded_call"]
+
+MAX_CHECKED_CALLS = 8
+"""Calls of one module verified in one round at most (a loop that steps no optimizer)."""
+
+
+def guarded_call(
+    owner: AutoCompile, module: Any, compiled: Callable[..., Any], entry: CompiledModule
+) -> Callable[..., Any]:
+    """The call that ``module(...)`` runs once compiled: eager when it must, verified on its
+    first compiled step, compiled after; a compile error runs it eager (``fallback``)."""
+    dynamo_error = torch_compat.dynamo_exception()
+    torch = owner.torch
+    grads = trained(module)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        nonlocal compiled, grads
+        # torch.jit.trace of the model (an export after training) records eager ops.
+        if entry.failed is not None or owner.mode.hook_eager or torch.jit.is_tracing():
+            return module._call_impl(*args, **kwargs)
+        now = trained(module)
+        if now != grads:
+            grads, compiled = now, owner._recompiled(module, entry)
+        if entry.checking:
+            return _checked(owner, module, compiled, entry, args, kwargs)
+        entry.calls += 1
+        entry.last_call_eager = False
+        saved = snapshot(module, torch) if entry.calls <= 3 else None
+        # The module's own pre-hook does not run on this path (nn.Module calls
+        # _compiled_call_impl instead of _call_impl): count the call as the outermost
+        # one, so what the compiled code calls is not taken for the script's model
+        # (torch 2.14's aot_eager runs the graph as an fx GraphModule, grad disabled).
+        owner.depth += 1
+        try:
+            return compiled(*args, **kwargs)
+        except dynamo_error as exc:
+            if not owner.fallback_eager:
+                raise
+            # The eager call below raises the script's own error if it was one.
+            entry.failed = f"{type(exc).__name__}: {exc}"[:REASON_CHARS]
+            if saved is not None:
+                restore(module, torch, saved)
+        finally:
+            owner.depth = max(0, owner.depth - 1)
+        return module._call_impl(*args, **kwargs)
+
+    return call
+
+
+def _checked(
+    owner: AutoCompile,
+    module: Any,
+    compiled: Callable[..., Any],
+    entry: CompiledModule,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """One call verified against eager; the script gets eager's output."""
+    verdict = Verdict()
+    entry.verdicts.append(verdict)
+    started = time.perf_counter()
+    owner.depth += 1
+    try:
+        return verify_call(
+            owner.torch,
+            module,
+            compiled,
+            args,
+            kwargs,
+            verdict=verdict,
+            compare_random=owner.compare_random,
+            catch=owner.fallback_eager,
+        )
+    finally:
+        owner.depth = max(0, owner.depth - 1)
+        entry.verified_calls += 1
+        entry.verify_s += time.perf_counter() - started
+        if len(entry.verdicts) >= MAX_CHECKED_CALLS:
+            owner.conclude()  # a loop without an optimizer: do not check forever
