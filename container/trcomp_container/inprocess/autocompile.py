@@ -137,6 +137,8 @@ class AutoCompile:
         self._seen: set[int] = set()
         self._codes: dict[str, CompiledModule] = {}
         self._rounds = 0
+        self.steps = 0
+        """Optimizer steps of the job's first optimizer seen so far."""
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -191,11 +193,24 @@ class AutoCompile:
         """An optimizer step of the job's first optimizer: the search is over, and the
         modules checked during the step get their verdict."""
         self.end_search()
-        self.conclude()
+        self.steps += 1
+        self.conclude(whole_step=True)
 
-    def conclude(self) -> None:
-        """The verdict of every module checked since the last step (the ranks agree)."""
-        checked = [entry for entry in self.compiled if entry.checking and entry.verdicts]
+    def conclude(self, *, whole_step: bool = False) -> None:
+        """The verdict of every module whose check covered a whole step (the ranks agree).
+
+        A round runs from the module's first checked call to the end of the first step
+        that began after it, so every call site of a step is seen (a gradient penalty
+        may call the model first, before the check began). ``whole_step=False``:
+        every module being checked, now (a loop that steps no optimizer).
+        """
+        checked = [
+            entry
+            for entry in self.compiled
+            if entry.checking
+            and entry.verdicts
+            and (not whole_step or (entry.check_started or 0) < self.steps - 1)
+        ]
         if not checked:
             return
         local = [next((v.problem for v in e.verdicts if v.problem), None) for e in checked]
@@ -204,6 +219,7 @@ class AutoCompile:
         for entry, problem in zip(checked, problems, strict=True):
             entry.checking = False
             entry.verdicts = []
+            entry.check_started = None
             entry.verified = problem is None
             if problem is not None:
                 entry.failed = f"verification: {problem}"[:REASON_CHARS]

@@ -81,6 +81,8 @@ def _checked(
 ) -> Any:
     """One call verified against eager; the script gets eager's output."""
     verdict = Verdict()
+    if not entry.verdicts:
+        entry.check_started = owner.steps
     entry.verdicts.append(verdict)
     started = time.perf_counter()
     owner.depth += 1

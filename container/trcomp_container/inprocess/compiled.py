@@ -61,6 +61,8 @@ class CompiledModule:
     """Its calls are being verified against eager (:mod:`.verify`) until the step ends."""
     verdicts: list[Verdict] = field(default_factory=list)
     """What each verified call found (this round)."""
+    check_started: int | None = None
+    """The step (count of optimizer steps before it) of the round's first checked call."""
     verified_calls: int = 0
     verify_s: float = 0.0
     verified: bool | None = None

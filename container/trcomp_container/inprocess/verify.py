@@ -98,6 +98,7 @@ def verify_call(
     if compiled_side is None:
         return out
     outputs_c, grads_c, buffers_c, rng_c = compiled_side
+    precision = _autocast_dtype(torch)
     drew = not all(bool(torch.equal(a, b)) for a, b in zip(before[1], _rng(torch), strict=True))
     if drew and not compare_random:
         return out  # its own random numbers (fast_random): only that it ran can be checked
@@ -112,6 +113,7 @@ def verify_call(
         (grads_c, grads_e, params),
         (buffers_c, _buffers(torch, module)),
         (rng_c, _rng(torch)) if compare_random else None,
+        precision,
     )
     return out
 
@@ -141,6 +143,7 @@ def _compare(
     grads: tuple[list[Any] | None, list[Any] | None, list[Any]],
     buffers: tuple[list[Any], list[Any]],
     rng: tuple[Any, Any] | None,
+    precision: str | None = None,
 ) -> str | None:
     # First: different random numbers explain every difference that follows.
     if rng is not None and not all(bool(torch.equal(c, e)) for c, e in zip(*rng, strict=True)):
@@ -152,28 +155,38 @@ def _compare(
     if len(outputs_c) != len(outputs_e):
         return f"the output has {len(outputs_c)} tensors compiled, {len(outputs_e)} eager"
     for index, (c, e) in enumerate(zip(outputs_c, outputs_e, strict=True)):
-        found = _differs(torch, c, e)
+        found = _differs(torch, c, e, precision=precision)
         if found:
             return _short(f"output {index} {found}")
     grads_c, grads_e, params = grads
     if grads_c is not None and grads_e is not None:
         names = {id(param): name for name, param in module.named_parameters()}
+        # Gradients are compared at the scale of the model's largest one: a gradient that
+        # is zero in exact arithmetic (a bias before a BatchNorm) is rounding noise on both
+        # sides, and its own magnitude is no measure.
+        scale = max((float(g.detach().abs().max()) for g in grads_e if g is not None), default=0)
         for param, c, e in zip(params, grads_c, grads_e, strict=True):
             if (c is None) != (e is None):
                 return f"the gradient of {names.get(id(param), '?')} is missing on one side"
-            found = None if c is None else _differs(torch, c, e)
+            found = None if c is None else _differs(torch, c, e, scale, precision)
             if found:
                 return _short(f"the gradient of {names.get(id(param), '?')} {found}")
     buffer_names = [name for name, _ in module.named_buffers()]
     for name, c, e in zip(buffer_names, *buffers, strict=False):
-        found = _differs(torch, c, e)
+        found = _differs(torch, c, e, precision=precision)
         if found:
             return _short(f"buffer {name} after the call {found}")
     return None
 
 
-def _differs(torch: Any, compiled: Any, eager: Any) -> str | None:
-    """How ``compiled`` differs from ``eager`` beyond the tolerance; None when it does not."""
+def _differs(
+    torch: Any, compiled: Any, eager: Any, scale: float = 0.0, precision: str | None = None
+) -> str | None:
+    """How ``compiled`` differs from ``eager`` beyond the tolerance; None when it does not.
+
+    ``scale``: a magnitude to measure against when larger than the tensor's own;
+    ``precision``: the autocast dtype the call ran under (its tolerance, when looser).
+    """
     if compiled.shape != eager.shape:
         return f"has shape {tuple(compiled.shape)} compiled, {tuple(eager.shape)} eager"
     if compiled.dtype != eager.dtype:
@@ -187,15 +200,31 @@ def _differs(torch: Any, compiled: Any, eager: Any) -> str | None:
     c, e = torch.nan_to_num(c), torch.nan_to_num(e)
     if c.numel() == 0:
         return None
-    rel, floor = TOLERANCES.get(str(eager.dtype).removeprefix("torch."), _FLOAT16)
+    dtype = str(eager.dtype).removeprefix("torch.")
+    if precision is not None and TOLERANCES.get(precision, _FLOAT16) > TOLERANCES.get(
+        dtype, _FLOAT16
+    ):
+        dtype = f"{precision} (autocast)"
+    rel, floor = TOLERANCES.get(dtype.split(" ")[0], _FLOAT16)
     error = float((c - e).abs().max())
-    scale = float(e.abs().max())
+    scale = max(float(e.abs().max()), scale)
     if error <= floor + rel * scale:
         return None
     return (
-        f"differs by {error:.3g} (largest eager magnitude {scale:.3g}; tolerance "
-        f"{rel:g} of it for {str(eager.dtype).removeprefix('torch.')})"
+        f"differs by {error:.3g} (against a magnitude of {scale:.3g}; tolerance {rel:g} "
+        f"for {dtype})"
     )
+
+
+def _autocast_dtype(torch: Any) -> str | None:
+    """The dtype autocast runs the call in (CPU or CUDA), or None without autocast."""
+    for device in ("cuda", "cpu"):
+        try:
+            if torch.is_autocast_enabled(device):
+                return str(torch.get_autocast_dtype(device)).removeprefix("torch.")
+        except (RuntimeError, TypeError):  # a torch without the device argument
+            continue
+    return None
 
 
 def _tensors(value: Any, depth: int = 0) -> Iterator[Any]:

@@ -92,7 +92,7 @@ def test_a_correct_model_is_verified_and_then_runs_compiled():
     losses = train(Net, policy=policy)
     (entry,) = policy.compiled
     assert entry.verified is True and entry.failed is None
-    assert entry.verified_calls == 1 and entry.calls >= 3  # steps 3 to 5 ran compiled
+    assert entry.verified_calls == 2 and entry.calls >= 2  # steps 4 and 5 ran compiled
     assert losses == pytest.approx(train(Net), abs=1e-5)
 
 
@@ -155,7 +155,7 @@ def test_inductors_own_random_numbers_are_caught_and_fallback_random_passes():
     torch._dynamo.reset()
     with config.patch(fallback_random=False):
         policy = hooks(compile_kwargs={"backend": "inductor"}, compare_random=False)
-        train(Dropped, steps=3, policy=policy)
+        train(Dropped, steps=4, policy=policy)
     assert policy.compiled[0].verified is True and policy.compiled[0].ran_compiled
 
 
