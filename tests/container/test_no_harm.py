@@ -187,7 +187,7 @@ def test_a_compiled_helper_before_the_model_does_not_end_the_zero_code_path():
         assert switch.autocompile.active
         torch.manual_seed(0)
         model = Net()
-        for step in range(1, 4):
+        for step in range(1, 5):  # steps 2 and 3 are checked against eager
             model(normalize(torch.randn(6, 4))).sum().backward()
             switch.on_step(step, compile_events=1, clock=None)
     finally:
