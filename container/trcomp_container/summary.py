@@ -136,6 +136,7 @@ def build_summary(
         "schema_version": SCHEMA_VERSION,
         **job,
         "compiled": switch_report.compiled_text(records, backend),
+        "verified": switch_report.verified_text(records),
         "warm_start": None
         if backend is None
         else switch_report.warm_start(records, bool(job.get("cache_warm"))),
@@ -206,6 +207,7 @@ def render_block(summary: Mapping[str, Any]) -> str:
         "=" * 20 + " trcomp summary " + "=" * 20,
         f"backend        {backend} (asked: {summary.get('requested_backend')})",
         f"compiled       {summary.get('compiled') or 'n/a'}",
+        *([f"verified       {summary['verified']}"] if summary.get("verified") else []),
         f"devices        {summary.get('devices')}; processes: {len(summary.get('ranks', []))}",
         f"compile time   {show('compile_time_s', ' s')}; graphs {show('graphs_compiled')}; "
         f"recompiles {show('recompiles')}; graph breaks {show('graph_breaks')}",

@@ -20,6 +20,7 @@ __all__ = [
     "eager_step_numbers",
     "nothing_compiled",
     "speedup_summary",
+    "verified_text",
     "warm_start",
 ]
 
@@ -74,6 +75,8 @@ def compiled_text(records: Sequence[RankRecord], backend: str | None) -> str:
             how = "failed, ran eager"
         elif not entry.ran_compiled:
             how = "compiled by trcomp but ran eager at the end"
+        elif entry.by != "trcomp":
+            how = f"by the script, through {entry.by}"
         else:
             how = "by trcomp, no code change"
         if entry.regional:
@@ -86,6 +89,25 @@ def compiled_text(records: Sequence[RankRecord], backend: str | None) -> str:
     if not count:
         return f"nothing{f': {who}' if who else ''}"
     return f"{who}; {_plural(count, noun)}" if who else _plural(count, noun)
+
+
+def verified_text(records: Sequence[RankRecord]) -> str | None:
+    """What checking compiled modules against eager found and cost (rank 0's view, where the
+    ranks agreed); None when nothing was checked."""
+    auto = records[0].autocompile if records else None
+    parts = []
+    for entry in auto.modules if auto is not None else []:
+        if not entry.verified_calls:
+            continue
+        cost = f"{_plural(entry.verified_calls, 'call')} run both ways, {entry.verify_s:.1f} s"
+        if entry.verified:
+            parts.append(f"{entry.module} matched eager ({cost})")
+        elif entry.verified is False:
+            why = (entry.failed or "").removeprefix("verification: ")
+            parts.append(f"{entry.module} kept eager ({cost}): {why}")
+        else:
+            parts.append(f"{entry.module} not decided ({cost}; the job ended during its check)")
+    return "; ".join(parts) or None
 
 
 def nothing_compiled(

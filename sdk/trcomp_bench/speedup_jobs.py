@@ -21,7 +21,7 @@ from typing import Any
 from trcomp_bench.results import table
 from trcomp_bench.rounds import ratio_and_spread
 
-__all__ = ["JOB_SCRIPT", "main", "markdown_table", "run_workload"]
+__all__ = ["JOB_SCRIPT", "main", "markdown_table", "run_job", "run_workload"]
 
 JOB_SCRIPT = '''"""A plain PyTorch loop over one of trcomp_bench's reference workloads."""
 import argparse
@@ -49,29 +49,11 @@ WORKLOADS = ("gpt2", "bert", "mlp", "cnn")
 
 def run_workload(name: str, work: Path, steps: int) -> dict[str, Any]:
     """Run ``name`` as a process-mode job; return the row its summary gives."""
-    from trcomp import PyTorch, TrainingCompilerConfig
+    from trcomp import TrainingCompilerConfig
 
-    source = work / "src"
-    source.mkdir(parents=True, exist_ok=True)
-    (source / "train.py").write_text(JOB_SCRIPT)
-    estimator = PyTorch(
-        entry_point="train.py",
-        source_dir=str(source),
-        role="arn:aws:iam::111122223333:role/unused-locally",
-        instance_type="local_process",
-        instance_count=1,
-        hyperparameters={"workload": name, "steps": steps},
-        output_path=f"file://{work / 'output'}",
-        checkpoint_s3_uri=f"file://{work / 'checkpoints'}",
-        compiler_config=TrainingCompilerConfig(backend="auto"),
+    summary = run_job(
+        work, JOB_SCRIPT, {"workload": name, "steps": steps}, TrainingCompilerConfig(backend="auto")
     )
-    estimator.fit()
-    output_tar = Path(str(estimator.model_data).removeprefix("file://")).with_name("output.tar.gz")
-    with tarfile.open(output_tar) as tar:
-        member = next(m for m in tar.getmembers() if m.name.endswith("compiler/summary.json"))
-        extracted = tar.extractfile(member)
-        assert extracted is not None
-        summary = json.load(extracted)
     speedup = summary.get("speedup") or {}
     return {
         "workload": name,
@@ -86,6 +68,33 @@ def run_workload(name: str, work: Path, steps: int) -> dict[str, Any]:
         "job_s": summary.get("duration_s"),
         "reason": speedup.get("reason"),
     }
+
+
+def run_job(work: Path, script: str, hyperparameters: dict[str, Any], config: Any) -> Any:
+    """Run ``script`` as a process-mode job under ``config`` in ``work``; its summary.json."""
+    from trcomp import PyTorch
+
+    source = work / "src"
+    source.mkdir(parents=True, exist_ok=True)
+    (source / "train.py").write_text(script)
+    estimator = PyTorch(
+        entry_point="train.py",
+        source_dir=str(source),
+        role="arn:aws:iam::111122223333:role/unused-locally",
+        instance_type="local_process",
+        instance_count=1,
+        hyperparameters=hyperparameters,
+        output_path=f"file://{work / 'output'}",
+        checkpoint_s3_uri=f"file://{work / 'checkpoints'}",
+        compiler_config=config,
+    )
+    estimator.fit()
+    output_tar = Path(str(estimator.model_data).removeprefix("file://")).with_name("output.tar.gz")
+    with tarfile.open(output_tar) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("compiler/summary.json"))
+        extracted = tar.extractfile(member)
+        assert extracted is not None
+        return json.load(extracted)
 
 
 def bench_ratio(bench: list[dict[str, Any]], workload: str) -> float | None:

@@ -166,6 +166,12 @@ def test_torchrun_two_processes_with_inductor_and_debug(tmp_path):
     assert [rank["rank"] for rank in summary["ranks"]] == [0, 1]
     assert all(rank["steps"] == 8 for rank in summary["ranks"])
     assert summary["metrics"]["graphs_compiled"] >= 1
+    # The model compiled through trcomp.runtime.compile under DDP, checked against eager on
+    # both ranks (verdicts agreed through the c10d store).
+    assert summary["verified"].startswith("Sequential matched eager (2 calls"), summary["verified"]
+    assert summary["compiled"].startswith(
+        "Sequential (by the script, through trcomp.runtime.compile)"
+    ), summary["compiled"]
     compiler = tmp_path / "output/data/compiler"
     assert (compiler / "compile_times.rank0.txt").exists()
     assert any((compiler / "inductor_debug").rglob("*.py"))  # generated code and FX graphs

@@ -133,3 +133,34 @@ def test_the_printed_speedup_says_when_it_was_too_noisy_to_decide():
     line = speedup_line(noisy)
     assert line.startswith("0.60x vs eager") and "(too noisy to decide)" in line
     assert "too noisy" not in speedup_line({**noisy, "reason": "compiled steps ran 0.60x"})
+
+
+def test_the_summary_says_what_checking_against_eager_found_and_cost():
+    module = {"module": "Net", "parameters": 10, "calls": 5, "ran_compiled": True}
+    checked = {**module, "verified": True, "verified_calls": 2, "verify_s": 21.43}
+    kept = {
+        **module,
+        "module": "Critic",
+        "by": "trcomp.runtime.compile",
+        "failed": "verification: the gradient of b.weight differs by 0.02",
+        "ran_compiled": False,
+        "verified": False,
+        "verified_calls": 1,
+        "verify_s": 3.0,
+    }
+    runtime = {**module, "module": "Head", "by": "trcomp.runtime.compile"}
+    auto = {"modules": [checked, kept, runtime]}
+    summary = build_summary(
+        [record(0, 30, [0.1] * 10, autocompile=auto)], job={"backend": "inductor"}
+    )
+    assert summary["verified"] == (
+        "Net matched eager (2 calls run both ways, 21.4 s); Critic kept eager (1 call run "
+        "both ways, 3.0 s): the gradient of b.weight differs by 0.02"
+    )
+    assert summary["compiled"] == (
+        "Net (by trcomp, no code change), Critic (failed, ran eager), "
+        "Head (by the script, through trcomp.runtime.compile); 3 graphs"
+    )
+    assert f"verified       {summary['verified']}" in render_block(summary)
+    unchecked = build_summary([record(0, 30, [0.1] * 10)], job={"backend": "inductor"})
+    assert unchecked["verified"] is None and "verified " not in render_block(unchecked)

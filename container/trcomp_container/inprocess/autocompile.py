@@ -52,7 +52,7 @@ from trcomp.runtime import regions
 from trcomp.runtime.regions import RegionalCall, compile_in_place
 from trcomp_container.inprocess import torch_compat
 from trcomp_container.inprocess.aot import AotCall, unsupported_reason
-from trcomp_container.inprocess.calls import MAX_CHECKED_CALLS, guarded_call
+from trcomp_container.inprocess.calls import BY_RUNTIME, MAX_CHECKED_CALLS, adopt, guarded_call
 from trcomp_container.inprocess.compiled import (
     CODE_NAME,
     LIMIT_LOGGER,
@@ -128,6 +128,8 @@ class AutoCompile:
         self.superseded: list[str] = []
         """Submodules compiled first, then compiled as part of the outermost module."""
         self._modules: dict[int, CompiledModule] = {}
+        self.adopted: set[int] = set()
+        """Models compiled through ``trcomp.runtime.compile``, checked here (:meth:`adopt`)."""
         self.skipped: dict[str, str] = {}
         self.script_compiled: list[str] = []
         self.error: str | None = None
@@ -171,11 +173,24 @@ class AutoCompile:
             self.active = False
 
         ledger.record(_HOOKS, remove)
+        if self.verify:
+            from trcomp import runtime
+
+            ledger.record(
+                "autocompile: watching trcomp.runtime.compile", runtime.watch_compiles(self.adopt)
+            )
         aot_scope = self.aot_dir is not None
         if aot_scope:
             from trcomp_container.inprocess.aot import keep_scope
 
             ledger.record("aot: globals added to the artifacts' scope", keep_scope())
+
+    def adopt(self, optimized: Any) -> None:
+        """A model compiled through ``trcomp.runtime.compile``: checked like the hook's own."""
+        try:
+            adopt(self, optimized)
+        except Exception as exc:  # the no-harm boundary of trcomp.runtime.compile's watcher
+            self.error = f"could not check {BY_RUNTIME}'s model: {type(exc).__name__}: {exc}"
 
     def end_search(self) -> None:
         """Remove the global hooks; modules already compiled stay compiled."""
@@ -280,6 +295,9 @@ class AutoCompile:
                 self.end_search()
             return
         self._seen.add(id(module))
+        if reason == SCRIPT_COMPILED and any(id(sub) in self.adopted for sub in module.modules()):
+            self._notify(module, args)  # compiled through trcomp.runtime, checked by adopt
+            return
         if reason == SCRIPT_COMPILED:
             self.script_compiled.append(name)
             self.skipped.pop(name, None)
@@ -387,13 +405,21 @@ class AutoCompile:
         traced.__code__ = traced.__code__.replace(co_name=code_name)
         return traced
 
-    def _recompiled(self, module: Any, entry: CompiledModule) -> Callable[..., Any]:
+    def _recompiled(
+        self, module: Any, entry: CompiledModule, compiled: Callable[..., Any]
+    ) -> Callable[..., Any]:
         """A fresh compile of ``module`` (whole), for parameters whose requires_grad changed.
 
         torch 2.9 reuses a graph traced with frozen parameters after they are unfrozen
         (a two-phase fine-tune): no gradients reach them (reproduced with
         ``torch.compile(model)`` alone). A new code object starts a new dynamo entry.
+        A model the script compiled (``trcomp.runtime.compile``) keeps its call and is
+        checked again.
         """
+        entry.checking, entry.verified = self.verify, None
+        if entry.by == BY_RUNTIME:
+            entry.recompiled = "requires_grad of its parameters changed: checked again"
+            return compiled
         if entry.call is not None and entry.call.groups:
             regions.unmark_regions(entry.call.groups)
         if entry.aot is not None:
@@ -402,7 +428,6 @@ class AutoCompile:
             self.torch.compile(self._traced(module, entry), **self.compile_kwargs), [], self.torch
         )
         entry.recompiled = "requires_grad of its parameters changed"
-        entry.checking, entry.verified = self.verify, None
         return entry.call
 
     def _guarded(

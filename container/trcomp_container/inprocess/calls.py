@@ -22,7 +22,10 @@ from trcomp_container.inprocess.verify import Verdict, verify_call
 if TYPE_CHECKING:
     from trcomp_container.inprocess.autocompile import AutoCompile
 
-__all__ = ["MAX_CHECKED_CALLS", "guarded_call"]
+__all__ = ["BY_RUNTIME", "MAX_CHECKED_CALLS", "adopt", "guarded_call"]
+
+BY_RUNTIME = "trcomp.runtime.compile"
+"""Who compiled a module that the script compiled through ``trcomp.runtime.compile``."""
 
 MAX_CHECKED_CALLS = 8
 """Calls of one module verified in one round at most (a loop that steps no optimizer)."""
@@ -44,7 +47,7 @@ def guarded_call(
             return module._call_impl(*args, **kwargs)
         now = trained(module)
         if now != grads:
-            grads, compiled = now, owner._recompiled(module, entry)
+            grads, compiled = now, owner._recompiled(module, entry, compiled)
         if entry.checking:
             return _checked(owner, module, compiled, entry, args, kwargs)
         entry.calls += 1
@@ -103,3 +106,29 @@ def _checked(
         entry.verify_s += time.perf_counter() - started
         if len(entry.verdicts) >= MAX_CHECKED_CALLS:
             owner.conclude()  # a loop without an optimizer: do not check forever
+
+
+def adopt(owner: AutoCompile, optimized: Any) -> CompiledModule:
+    """Check a model the script compiled through ``trcomp.runtime.compile`` as the hook's own.
+
+    ``optimized`` (torch.compile's wrapper) gets a call that runs its compiled path
+    once verified, and its original module's eager call before and after a failed check.
+    """
+    module = optimized._orig_mod
+    entry = CompiledModule(
+        type(module).__name__, sum(p.numel() for p in module.parameters()), by=BY_RUNTIME
+    )
+    entry.checking = True
+    owner.compiled.append(entry)
+    owner.adopted.add(id(optimized))
+
+    def compiled(*args: Any, **kwargs: Any) -> Any:
+        return optimized._call_impl(*args, **kwargs)
+
+    before = torch_compat.compiled_call_impl(optimized)
+    torch_compat.set_compiled_call_impl(optimized, guarded_call(owner, module, compiled, entry))
+    owner._ledger.record(
+        f"autocompile: verified call of {entry.name} ({id(optimized):x}, {BY_RUNTIME})",
+        lambda: torch_compat.set_compiled_call_impl(optimized, before),
+    )
+    return entry

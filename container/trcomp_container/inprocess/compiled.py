@@ -42,6 +42,8 @@ class CompiledModule:
 
     name: str
     parameters: int
+    by: str = "trcomp"
+    """Who compiled it: the hook (``trcomp``) or the script through ``trcomp.runtime.compile``."""
     failed: str | None = None
     call: RegionalCall | None = None
     calls: int = 0
@@ -87,6 +89,7 @@ class CompiledModule:
         return {
             "module": self.name,
             "parameters": self.parameters,
+            "by": self.by,
             "failed": self.failed,
             "regional": self.regional,
             "regional_off": None if self.call is None else self.call.unmarked,

@@ -195,6 +195,8 @@ class ModuleReport(_Flat):
     module: str = ""
     """The module's class name (``DDP(Net)`` for a module DDP wraps)."""
     parameters: int = 0
+    by: str = "trcomp"
+    """``trcomp`` (the hook compiled it) or ``trcomp.runtime.compile`` (the script did)."""
     failed: str | None = None
     """Why compiling it failed (it ran eager from then on)."""
     regional: str | None = None

@@ -55,8 +55,11 @@ __all__ = [
     "optimizer_step",
     "resolved_config",
     "save",
+    "watch_compiles",
     "wrap_loader",
 ]
+
+_watchers: list[Callable[[Any], None]] = []
 
 
 @functools.lru_cache(maxsize=1)
@@ -156,10 +159,23 @@ def compile(model: torch.nn.Module) -> torch.nn.Module:
     if config.compiles_regionally:
         import torch
 
-        optimized: torch.nn.Module = regions.compile_wrapped(model, torch, compile_kwargs(config))
-        return optimized
-    compiled: torch.nn.Module = _torch_compile(model)
+        compiled: torch.nn.Module = regions.compile_wrapped(model, torch, compile_kwargs(config))
+    else:
+        compiled = _torch_compile(model)
+    for watcher in list(_watchers):
+        watcher(compiled)
     return compiled
+
+
+def watch_compiles(watcher: Callable[[Any], None]) -> Callable[[], None]:
+    """Call ``watcher`` with each module :func:`compile` returns; returns its undo.
+
+    For the job's start-up hook, which checks such a module against eager on its
+    first compiled step (``verify``; docs/runtime.md) as it does the modules it
+    compiles itself. The watcher must not raise.
+    """
+    _watchers.append(watcher)
+    return lambda: _watchers.remove(watcher) if watcher in _watchers else None
 
 
 def compile_step(fn: Callable[..., Any]) -> Callable[..., Any]:

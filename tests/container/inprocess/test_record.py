@@ -48,6 +48,7 @@ AOT_SAVED = {
 MODULE = {
     "module": "GPT2LMHeadModel",
     "parameters": 124439808,
+    "by": "trcomp",
     "failed": None,
     "regional": "12 x GPT2Block",
     "regional_off": None,

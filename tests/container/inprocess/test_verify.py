@@ -17,10 +17,15 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 
+_MADE: list[autocompile.AutoCompile] = []
+
+
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
     torch._dynamo.reset()
     yield
+    while _MADE:  # every change a test's hooks made, undone (as a session closes)
+        _MADE.pop()._ledger.close()
     torch._dynamo.reset()
 
 
@@ -33,6 +38,7 @@ def hooks(**kwargs) -> autocompile.AutoCompile:
     }
     policy = autocompile.AutoCompile(torch, **options)
     policy.install()
+    _MADE.append(policy)
     return policy
 
 
@@ -196,3 +202,36 @@ def test_the_trained_model_is_compiled_when_a_part_was_called_first():
     assert policy.superseded == ["Sequential"] and policy.script_compiled == []
     assert policy.compiled[0].ran_compiled and policy.compiled[0].verified is True
     assert losses == pytest.approx(train(DryRun), abs=1e-5)
+
+
+@pytest.fixture
+def runtime_compile(monkeypatch):
+    """``trcomp.runtime.compile`` as in a job under inductor, compiling with ``aot_eager``."""
+    import json
+
+    from trcomp import runtime
+
+    monkeypatch.setenv("TRCOMP_CONFIG", json.dumps({"enabled": True, "backend": "inductor"}))
+    monkeypatch.setattr(runtime, "compile_kwargs", lambda config: {"backend": "aot_eager"})
+    runtime._config_from.cache_clear()
+    yield runtime.compile
+    runtime._config_from.cache_clear()
+
+
+def test_a_model_compiled_through_trcomp_runtime_is_checked_too(runtime_compile):
+    from trcomp import runtime
+
+    eager = train(Centered)
+    policy = hooks()
+    wrong = train(lambda: runtime_compile(Centered()), policy=policy)
+    torch._dynamo.reset()
+    right = train(lambda: runtime_compile(Net()), policy=policy)
+    assert runtime._watchers == [policy.adopt]  # until the session closes
+    policy._ledger.close()
+    assert not runtime._watchers
+    bad, good = policy.compiled
+    assert (bad.name, bad.by, policy.script_compiled) == ("Centered", "trcomp.runtime.compile", [])
+    assert bad.verified is False and "differs by" in bad.failed and not bad.ran_compiled
+    assert wrong == pytest.approx(eager, abs=1e-6)
+    assert good.verified is True and good.ran_compiled and good.verified_calls == 2
+    assert right == pytest.approx(train(Net), abs=1e-5)
