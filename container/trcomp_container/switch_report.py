@@ -208,21 +208,32 @@ def compiled_less(records: Sequence[RankRecord]) -> list[str]:
     """Warnings for a job that compiled less than it would otherwise say.
 
     A module the hook compiled that dynamo then ran eager (its recompile limit hit,
-    the frame skipped), and a model left eager because of ``nn.DataParallel``.
+    the frame skipped, a limit hit in a frame it calls), one whose compiled graphs held
+    none of its computation, and a model left eager because of ``nn.DataParallel``.
     """
     auto = records[0].autocompile if records else None
     if auto is None:
         return []
     warnings = []
     for entry in auto.modules:
-        if entry.failed or not entry.eager_calls:
+        if entry.failed:
             continue
         limit = entry.limit
+        hit = f"dynamo hit its {limit.split(': ', 1)[0]}: {_limit_fix(limit)}" if limit else ""
+        if entry.graphs_seen == 0:
+            warnings.append(
+                f"{entry.module} was compiled, but none of its computation ran compiled: dynamo "
+                "broke the graph before any of it (summary.json graph_break_reasons says "
+                f"where){f'; {hit}' if hit else ''}"
+            )
+            continue
+        if not entry.eager_calls and limit:
+            warnings.append(f"{entry.module} was compiled, but {hit}; those calls ran eager")
+        if not entry.eager_calls:
+            continue
         ended = "and ran eager at the end" if not entry.ran_compiled else "at times"
-        why = (
-            f"dynamo hit its {limit.split(':', 1)[0]}: {_limit_fix(limit)}"
-            if limit
-            else "dynamo skipped its frame (run with TORCH_LOGS=recompiles,graph_breaks to see why)"
+        why = hit or (
+            "dynamo skipped its frame (run with TORCH_LOGS=recompiles,graph_breaks to see why)"
         )
         warnings.append(
             f"{entry.module} was compiled, but {entry.eager_calls} of its "

@@ -164,3 +164,30 @@ def test_the_summary_says_what_checking_against_eager_found_and_cost():
     assert f"verified       {summary['verified']}" in render_block(summary)
     unchecked = build_summary([record(0, 30, [0.1] * 10)], job={"backend": "inductor"})
     assert unchecked["verified"] is None and "verified " not in render_block(unchecked)
+
+
+def test_a_module_whose_graphs_hold_none_of_its_computation_is_not_called_compiled():
+    limit = "recompile_limit (8) in <lambda> (train.py:24): 2/7: len(G['kept']) == 14"
+    hooked = {
+        "module": "Sequential",
+        "calls": 9,
+        "ran_compiled": False,
+        "graphs_seen": 0,
+        "limit": limit,
+    }
+    inside = {**hooked, "module": "Net", "ran_compiled": True, "graphs_seen": 3}
+    summary = build_summary(
+        [record(0, 16, [0.1] * 10, autocompile={"modules": [hooked, inside]})],
+        job={"backend": "inductor"},
+    )
+    assert summary["compiled"].startswith(
+        "Sequential (compiled by trcomp but ran eager at the end), Net (by trcomp"
+    )
+    hooked_warning, inside_warning = summary["warnings"]
+    assert hooked_warning.startswith(
+        "Sequential was compiled, but none of its computation ran compiled: dynamo broke "
+        "the graph before any of it"
+    )
+    assert "recompile_limit (8) in <lambda> (train.py:24)" in hooked_warning
+    assert "a Python value" in hooked_warning  # the real cause, not the input shapes
+    assert inside_warning.startswith("Net was compiled, but dynamo hit its recompile_limit")

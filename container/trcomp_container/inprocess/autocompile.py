@@ -128,6 +128,8 @@ class AutoCompile:
         self.superseded: list[str] = []
         """Submodules compiled first, then compiled as part of the outermost module."""
         self._modules: dict[int, CompiledModule] = {}
+        self.running: CompiledModule | None = None
+        """The module whose compiled call is running (a limit hit in a frame it calls)."""
         self.adopted: set[int] = set()
         """Models compiled through ``trcomp.runtime.compile``, checked here (:meth:`adopt`)."""
         self.skipped: dict[str, str] = {}
@@ -435,11 +437,16 @@ class AutoCompile:
     ) -> Callable[..., Any]:
         return guarded_call(self, module, compiled, entry)
 
-    def limit_hit(self, code_name: str, limit: str, reason: str) -> None:
-        """Dynamo stopped compiling one of the hook's modules (a limit): note which and why."""
-        entry = self._codes.get(code_name)
+    def limit_hit(self, code_name: str, limit: str, reason: str, where: str = "") -> None:
+        """Dynamo stopped compiling a frame (a limit): note which module and why.
+
+        One of the hook's own frames, or any frame a compiled module's call runs
+        (a forward hook of the script's, resumed after a graph break).
+        """
+        entry = self._codes.get(code_name) or self.running
         if entry is not None and entry.limit is None:
-            entry.limit = f"{limit}: {reason}"[:REASON_CHARS]
+            frame = "" if code_name in self._codes else f" in {code_name} ({where})"
+            entry.limit = " ".join(f"{limit}{frame}: {reason}".split())[:REASON_CHARS]
 
     # -- report -----------------------------------------------------------------
 

@@ -16,8 +16,9 @@ from trcomp_container.inprocess.compiled import (
     restore,
     snapshot,
     trained,
+    went_through_compiled,
 )
-from trcomp_container.inprocess.verify import Verdict, verify_call
+from trcomp_container.inprocess.verify import Verdict, tensors, verify_call
 
 if TYPE_CHECKING:
     from trcomp_container.inprocess.autocompile import AutoCompile
@@ -58,8 +59,12 @@ def guarded_call(
         # one, so what the compiled code calls is not taken for the script's model
         # (torch 2.14's aot_eager runs the graph as an fx GraphModule, grad disabled).
         owner.depth += 1
+        owner.running = entry
         try:
-            return compiled(*args, **kwargs)
+            out = compiled(*args, **kwargs)
+            if saved is not None and not entry.ran_aot:
+                _look_for_compiled_code(entry, out)
+            return out
         except dynamo_error as exc:
             if not owner.fallback_eager:
                 raise
@@ -69,9 +74,18 @@ def guarded_call(
                 restore(module, torch, saved)
         finally:
             owner.depth = max(0, owner.depth - 1)
+            owner.running = None
         return module._call_impl(*args, **kwargs)
 
     return call
+
+
+def _look_for_compiled_code(entry: CompiledModule, out: Any) -> None:
+    """Count whether this call's output went through compiled code (its first calls only)."""
+    first = next((t for t in tensors(out) if getattr(t, "requires_grad", False)), None)
+    found = went_through_compiled(first, torch_compat.COMPILED_BACKWARD_NODE)
+    if found is not None:
+        entry.graphs_seen = (entry.graphs_seen or 0) + int(found)
 
 
 def _checked(
@@ -89,6 +103,7 @@ def _checked(
     entry.verdicts.append(verdict)
     started = time.perf_counter()
     owner.depth += 1
+    owner.running = entry
     try:
         return verify_call(
             owner.torch,
@@ -102,6 +117,7 @@ def _checked(
         )
     finally:
         owner.depth = max(0, owner.depth - 1)
+        owner.running = None
         entry.verified_calls += 1
         entry.verify_s += time.perf_counter() - started
         if len(entry.verdicts) >= MAX_CHECKED_CALLS:

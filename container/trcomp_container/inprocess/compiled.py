@@ -23,13 +23,14 @@ __all__ = [
     "restore",
     "snapshot",
     "trained",
+    "went_through_compiled",
 ]
 
 REASON_CHARS = 500
 CODE_NAME = "trcomp_compiled_{}"
 """The code name of each compiled module's traced function (dynamo counts limits per code)."""
 _LIMIT_LOG = re.compile(
-    r"hit config\.(\w+) \((\d+)\).*?function: '(trcomp_compiled_\d+)'.*?last reason: (.*?)\n",
+    r"hit config\.(\w+) \((\d+)\).*?function: '([^']+)' \(([^)]*)\).*?last reason: (.*?)\n",
     re.S,
 )
 LIMIT_LOGGER = "torch._dynamo.convert_frame"
@@ -55,6 +56,9 @@ class CompiledModule:
     """Dynamo's limit this module hit (``recompile_limit (8): <last reason>``)."""
     recompiled: str | None = None
     """Why the hook compiled the module afresh, if it did."""
+    graphs_seen: int | None = None
+    """Of its first compiled calls with an autograd graph, how many went through compiled
+    code (:func:`went_through_compiled`); None: none looked at yet."""
     aot: AotCall | None = None
     """Its ahead-of-time artifact (torch >= 2.14, compile cache on), when it may have one."""
     aot_off: str | None = None
@@ -83,7 +87,12 @@ class CompiledModule:
     @property
     def ran_compiled(self) -> bool:
         """Whether the module's last call ran compiled code."""
-        return self.failed is None and self.calls > 0 and not self.last_call_eager
+        return (
+            self.failed is None
+            and self.calls > 0
+            and not self.last_call_eager
+            and self.graphs_seen != 0
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +107,7 @@ class CompiledModule:
             "ran_compiled": self.ran_compiled,
             "limit": self.limit,
             "recompiled": self.recompiled,
+            "graphs_seen": self.graphs_seen,
             "verified": self.verified,
             "verified_calls": self.verified_calls,
             "verify_s": round(self.verify_s, 4),
@@ -108,12 +118,13 @@ class CompiledModule:
 
 
 class LimitLog(logging.Filter):
-    """Reads dynamo's "hit config.recompile_limit" warnings for the hook's own frames.
+    """Reads dynamo's "hit config.recompile_limit" warnings, for any frame.
 
-    ``on_limit(code_name, limit, last_reason)`` is called for each.
+    ``on_limit(code_name, limit, last_reason, where)`` is called for each (``where``:
+    the frame's ``file:line``).
     """
 
-    def __init__(self, on_limit: Callable[[str, str, str], None]) -> None:
+    def __init__(self, on_limit: Callable[[str, str, str, str], None]) -> None:
         super().__init__()
         self.on_limit = on_limit
 
@@ -122,11 +133,35 @@ class LimitLog(logging.Filter):
             match = _LIMIT_LOG.search(record.getMessage() + "\n")
             if match:
                 self.on_limit(
-                    match.group(3), f"{match.group(1)} ({match.group(2)})", match.group(4).strip()
+                    match.group(3),
+                    f"{match.group(1)} ({match.group(2)})",
+                    match.group(5).strip(),
+                    match.group(4),
                 )
         except Exception:  # a log line must never break the job, whatever it holds
             pass
         return True
+
+
+def went_through_compiled(output: Any, node_name: str, most: int = 20000) -> bool | None:
+    """Whether the autograd graph of ``output`` (a tensor) holds a compiled region's node.
+
+    None: it has no graph (no gradient, or more than ``most`` nodes looked at without one).
+    A module whose compiled graphs hold none of its computation (dynamo broke the graph
+    before any of it, and compiled only what the script's hooks do) has none.
+    """
+    root = getattr(output, "grad_fn", None)
+    stack, seen, kept = [root], set(), []
+    while stack and root is not None and len(seen) < most:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        kept.append(node)  # each access makes a new Python object: keep ids from being reused
+        if node_name in type(node).__name__:
+            return True
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return False if root is not None and not stack else None
 
 
 def trained(module: Any) -> tuple[bool, ...]:

@@ -212,6 +212,8 @@ class ModuleReport(_Flat):
     """Dynamo's limit it hit, with the last recompile reason."""
     recompiled: str | None = None
     """Why the hook compiled it afresh, if it did."""
+    graphs_seen: int | None = None
+    """Of its first compiled calls, how many had compiled code in their autograd graph."""
     verified: bool | None = None
     """Checked against eager: True matched, False did not (``failed`` says how), None not yet."""
     verified_calls: int = 0

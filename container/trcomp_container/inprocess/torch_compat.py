@@ -18,6 +18,7 @@ from typing import Any
 
 __all__ = [
     "CODECACHE_HEADER_NAMES",
+    "COMPILED_BACKWARD_NODE",
     "COMPILED_CALL_IMPL",
     "MODULE_HOOK_NAMES",
     "REDIS_BACKEND_METHODS",
@@ -41,6 +42,9 @@ __all__ = [
     "unsupported_serialization_guards",
 ]
 
+COMPILED_BACKWARD_NODE = "CompiledFunction"
+"""Part of the class name of the autograd node a compiled region's backward runs in
+(``CompiledFunctionBackward``, AOTAutograd's, torch 2.9 to 2.14)."""
 COMPILED_CALL_IMPL = "_compiled_call_impl"
 """Where ``nn.Module.compile()`` keeps a module's compiled call (torch 2.2 to 2.14)."""
 MODULE_HOOK_NAMES = (

@@ -38,7 +38,7 @@ from typing import Any
 
 from trcomp_container.inprocess.speedup.exchange import exchange
 
-__all__ = ["TOLERANCES", "Verdict", "agree_verdicts", "verify_call"]
+__all__ = ["TOLERANCES", "Verdict", "agree_verdicts", "tensors", "verify_call"]
 
 TOLERANCES = {"float32": (1e-3, 1e-6), "float64": (1e-6, 1e-9), "bfloat16": (5e-2, 1e-3)}
 """dtype -> (relative to the largest magnitude, absolute floor); others use float16's."""
@@ -78,7 +78,7 @@ def verify_call(
     compiled_side: tuple[list[Any], list[Any] | None, list[Any], Any] | None = None
     try:
         out = compiled(*args, **kwargs)
-        flat = list(_tensors(out))
+        flat = list(tensors(out))
         grads = _vjp(torch, flat, params, retain=False)
         compiled_side = (
             [t.detach() for t in flat],
@@ -93,7 +93,7 @@ def verify_call(
     finally:
         _restore(torch, module, before)
     out = module._call_impl(*args, **kwargs)
-    flat = list(_tensors(out))
+    flat = list(tensors(out))
     _watch_double_backward(torch, flat, verdict)
     if compiled_side is None:
         return out
@@ -227,16 +227,16 @@ def _autocast_dtype(torch: Any) -> str | None:
     return None
 
 
-def _tensors(value: Any, depth: int = 0) -> Iterator[Any]:
+def tensors(value: Any, depth: int = 0) -> Iterator[Any]:
     """The tensors in an output: a tensor, or lists, tuples and dicts of them."""
     if hasattr(value, "detach") and hasattr(value, "shape"):
         yield value
     elif depth < 6 and isinstance(value, (list, tuple)):
         for item in value:
-            yield from _tensors(item, depth + 1)
+            yield from tensors(item, depth + 1)
     elif depth < 6 and isinstance(value, dict):
         for item in value.values():
-            yield from _tensors(item, depth + 1)
+            yield from tensors(item, depth + 1)
 
 
 def _vjp(torch: Any, outputs: list[Any], params: list[Any], *, retain: bool) -> list[Any] | None:

@@ -57,6 +57,7 @@ MODULE = {
     "ran_compiled": True,
     "limit": None,
     "recompiled": None,
+    "graphs_seen": 3,
     "verified": True,
     "verified_calls": 1,
     "verify_s": 0.5,

@@ -102,6 +102,25 @@ def test_a_modules_compiled_call_is_where_module_compile_puts_it():
     assert calls == [1]
     torch_compat.set_compiled_call_impl(model, None)
     assert model(torch.zeros(1, 2)).shape == (1, 2) and calls == [1]
+    # On torch.compile's wrapper too (the check of a trcomp.runtime.compile model): kept on
+    # the wrapper itself, not forwarded to the module it wraps.
+    optimized = torch.compile(nn.Linear(2, 2), backend="eager")
+    torch_compat.set_compiled_call_impl(optimized, lambda *a, **k: calls.append(2) or a[0])
+    optimized(torch.zeros(1, 2))
+    assert calls == [1, 2] and torch_compat.compiled_call_impl(optimized._orig_mod) is None
+
+
+def test_a_compiled_regions_backward_node_has_the_name_the_package_looks_for():
+    from trcomp_container.inprocess.compiled import went_through_compiled
+
+    model = nn.Linear(2, 2)
+    out = torch.compile(model, backend="aot_eager")(torch.ones(1, 2))
+    name = torch_compat.COMPILED_BACKWARD_NODE
+    assert name in type(out.grad_fn).__name__
+    assert went_through_compiled(out, name) is True
+    assert went_through_compiled(model(torch.ones(1, 2)), name) is False
+    with torch.no_grad():
+        assert went_through_compiled(model(torch.ones(1, 2)), name) is None
 
 
 def test_module_hooks_are_found():

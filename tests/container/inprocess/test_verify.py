@@ -99,6 +99,7 @@ def test_a_correct_model_is_verified_and_then_runs_compiled():
     (entry,) = policy.compiled
     assert entry.verified is True and entry.failed is None
     assert entry.verified_calls == 2 and entry.calls >= 2  # steps 4 and 5 ran compiled
+    assert entry.graphs_seen == entry.calls  # each went through compiled code
     assert losses == pytest.approx(train(Net), abs=1e-5)
 
 
