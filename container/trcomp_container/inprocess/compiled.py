@@ -151,7 +151,9 @@ def went_through_compiled(output: Any, node_name: str, most: int = 20000) -> boo
     before any of it, and compiled only what the script's hooks do) has none.
     """
     root = getattr(output, "grad_fn", None)
-    stack, seen, kept = [root], set(), []
+    stack: list[Any] = [root]
+    seen: set[int] = set()
+    kept: list[Any] = []
     while stack and root is not None and len(seen) < most:
         node = stack.pop()
         if node is None or id(node) in seen:
