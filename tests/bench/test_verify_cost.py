@@ -46,7 +46,7 @@ def test_each_round_runs_both_jobs_in_alternating_order_and_the_table_says_so(
     assert len(gpt2) == len(table["header"])
     assert gpt2[1:] == [
         "2",
-        "2 calls, 4.0 s; 2 calls, 4.0 s",
+        "2 calls, 4.5 s (0.5 s more than compiling); 2 calls, 4.5 s (0.5 s more than compiling)",
         "4.0 / 3.0",
         "5.0 / 4.0",
         "14.0 / 13.0",
