@@ -28,11 +28,17 @@ __all__ = ["main", "measure"]
 
 
 def measure(
-    workload: str, size: str, batch_size: int, steps: int, warmup: int = 3
+    workload: str,
+    size: str,
+    batch_size: int,
+    steps: int,
+    warmup: int = 3,
+    backend: str = "inductor",
 ) -> dict[str, Any]:
     """Median step times (s) of the three copies after ``warmup`` steps each, and the blocks.
 
-    The first warm-up step compiles; at least one is taken.
+    The first warm-up step compiles; at least one is taken. ``backend``: torch.compile's
+    (the tests use ``aot_eager``: the same regions, no code generation).
     """
     import torch
     from accelerate.utils import compile_regions
@@ -47,10 +53,14 @@ def measure(
     per_block, _ = factory(batch_size)
     whole.load_state_dict(regional.state_dict())
     per_block.load_state_dict(regional.state_dict())
-    call = regions.compile_in_place(regional, torch, {"backend": "inductor"}, regional=True)
+    call = regions.compile_in_place(regional, torch, {"backend": backend}, regional=True)
     regional._compiled_call_impl = call
-    whole.compile(backend="inductor")
-    models = {"regional": regional, "whole": whole, "per-block": compile_regions(per_block)}
+    whole.compile(backend=backend)
+    models = {
+        "regional": regional,
+        "whole": whole,
+        "per-block": compile_regions(per_block, backend=backend),
+    }
     runs = {
         name: (model, torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False))
         for name, model in models.items()

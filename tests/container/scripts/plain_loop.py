@@ -7,11 +7,11 @@ zero-code compile must handle:
 
 - ``plain``: one transformer model, AdamW, the loss computed outside forward;
 - ``eval``: an evaluation under ``torch.no_grad()`` in eval mode every 5 steps;
-- ``gan``: a generator and a discriminator, each with its own optimizer;
 - ``teacher``: a frozen teacher in eval mode distilled into the student;
-- ``untraceable``: a forward that dynamo cannot compile;
-- ``ddp``: the model wrapped in DDP (run it under torchrun, gloo on CPU);
-- ``compiled``: the script compiles its model itself (torch.compile).
+- ``untraceable``: a forward that dynamo cannot compile.
+
+(Two models, DDP and a model the script compiles itself are corpus patterns:
+tests/container/corpus/gan.py, ddp_two_ranks.py, script_compiles_model.py.)
 
 ``--layers`` sets TinyLM's number of encoder layers (repeated blocks: regional compile).
 """
@@ -70,71 +70,30 @@ def main() -> None:
     torch.manual_seed(0)
     loss_fn = nn.CrossEntropyLoss()
     losses: list[float] = []
-    rank = 0
-    if args.case == "ddp":
-        import torch.distributed as dist
-
-        dist.init_process_group("gloo")
-        rank = dist.get_rank()
-    if args.case == "gan":
-        losses = train_gan(args.steps)
-    else:
-        model: nn.Module = (
-            Untraceable() if args.case == "untraceable" else TinyLM(layers=args.layers)
-        )
-        if args.case == "ddp":
-            model = nn.parallel.DistributedDataParallel(model)
-        if args.case == "compiled":
-            model = torch.compile(model)
-        teacher = TinyLM().eval().requires_grad_(False) if args.case == "teacher" else None
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-        for step, (x, y) in enumerate(batches(args.steps)):
-            logits = model(x)
-            loss = loss_fn(logits.reshape(-1, 32), y.reshape(-1))
-            if teacher is not None:
-                with torch.no_grad():
-                    target = teacher(x).softmax(-1)
-                loss = loss + nn.functional.kl_div(
-                    logits.log_softmax(-1), target, reduction="batchmean"
-                )
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(float(loss.detach()))
-            if args.case == "eval" and step % 5 == 4:
-                model.eval()
-                with torch.no_grad():
-                    model(x)
-                model.train()
-    if rank == 0:
-        out = Path(args.model_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "losses.json").write_text(json.dumps(losses))
-
-
-def train_gan(steps: int) -> list[float]:
-    generator = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 16))
-    discriminator = nn.Sequential(nn.Linear(16, 32), nn.LeakyReLU(0.2), nn.Linear(32, 1))
-    opt_g = torch.optim.Adam(generator.parameters(), lr=1e-3)
-    opt_d = torch.optim.Adam(discriminator.parameters(), lr=1e-3)
-    bce = nn.BCEWithLogitsLoss()
-    noise = torch.Generator().manual_seed(2)
-    losses = []
-    for _ in range(steps):
-        real = torch.randn(16, 16, generator=noise) + 1.0
-        fake = generator(torch.randn(16, 8, generator=noise))
-        loss_d = bce(discriminator(real), torch.ones(16, 1)) + bce(
-            discriminator(fake.detach()), torch.zeros(16, 1)
-        )
-        opt_d.zero_grad()
-        loss_d.backward()
-        opt_d.step()
-        loss_g = bce(discriminator(fake), torch.ones(16, 1))
-        opt_g.zero_grad()
-        loss_g.backward()
-        opt_g.step()
-        losses.append(float(loss_d.detach()) + float(loss_g.detach()))
-    return losses
+    model: nn.Module = Untraceable() if args.case == "untraceable" else TinyLM(layers=args.layers)
+    teacher = TinyLM().eval().requires_grad_(False) if args.case == "teacher" else None
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for step, (x, y) in enumerate(batches(args.steps)):
+        logits = model(x)
+        loss = loss_fn(logits.reshape(-1, 32), y.reshape(-1))
+        if teacher is not None:
+            with torch.no_grad():
+                target = teacher(x).softmax(-1)
+            loss = loss + nn.functional.kl_div(
+                logits.log_softmax(-1), target, reduction="batchmean"
+            )
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+        if args.case == "eval" and step % 5 == 4:
+            model.eval()
+            with torch.no_grad():
+                model(x)
+            model.train()
+    out = Path(args.model_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "losses.json").write_text(json.dumps(losses))
 
 
 if __name__ == "__main__":
