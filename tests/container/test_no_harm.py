@@ -221,7 +221,7 @@ def test_unfreezing_parameters_after_the_compile_compiles_afresh_and_trains_as_e
 
 def test_torch_alone_reuses_the_frozen_graph_on_2_9_and_recompiles_on_2_14():
     # Why the hook compiles afresh when requires_grad changes (inprocess.autocompile
-    # AutoCompile._recompiled): torch.compile(model) alone, on 2.9, keeps running the
+    # calls.recompiled_call): torch.compile(model) alone, on 2.9, keeps running the
     # graph traced with the frozen parameters, so they get no gradients after unfreezing.
     # torch 2.14 recompiles by itself; the hook's fresh compile costs the same one compile.
     def two_phases(compiled: bool) -> list[float]:

@@ -49,12 +49,11 @@ from typing import Any
 
 from trcomp._version import __version__
 from trcomp.runtime import regions
-from trcomp.runtime.regions import RegionalCall, compile_in_place
+from trcomp.runtime.regions import compile_in_place
 from trcomp_container.inprocess import torch_compat
 from trcomp_container.inprocess.aot import AotCall, unsupported_reason
-from trcomp_container.inprocess.calls import BY_RUNTIME, MAX_CHECKED_CALLS, adopt, guarded_call
+from trcomp_container.inprocess.calls import MAX_CHECKED_CALLS, adopt, guarded_call, traced_call
 from trcomp_container.inprocess.compiled import (
-    CODE_NAME,
     LIMIT_LOGGER,
     REASON_CHARS,
     CompiledModule,
@@ -139,7 +138,7 @@ class AutoCompile:
         self.depth = 0
         self._looks = 0
         self._seen: set[int] = set()
-        self._codes: dict[str, CompiledModule] = {}
+        self.codes: dict[str, CompiledModule] = {}
         self._rounds = 0
         self.steps = 0
         """Optimizer steps of the job's first optimizer seen so far."""
@@ -192,7 +191,9 @@ class AutoCompile:
         try:
             adopt(self, optimized)
         except Exception as exc:  # the no-harm boundary of trcomp.runtime.compile's watcher
-            self.error = f"could not check {BY_RUNTIME}'s model: {type(exc).__name__}: {exc}"
+            self.error = (
+                f"could not check a trcomp.runtime.compile model: {type(exc).__name__}: {exc}"
+            )
 
     def end_search(self) -> None:
         """Remove the global hooks; modules already compiled stay compiled."""
@@ -345,7 +346,7 @@ class AutoCompile:
                 self.torch,
                 self.compile_kwargs,
                 regional=self.regional,
-                call=self._traced(module, entry),
+                call=traced_call(self, module, entry),
             )
         except Exception as exc:  # any compile-setup error: the module stays eager, named
             entry.failed = f"{type(exc).__name__}: {exc}"[:REASON_CHARS]
@@ -388,50 +389,6 @@ class AutoCompile:
         """Modules that ran an ahead-of-time artifact (graphs dynamo did not count)."""
         return sum(1 for entry in self.compiled if entry.ran_aot)
 
-    def _traced(self, module: Any, entry: CompiledModule) -> Callable[..., Any]:
-        """The function dynamo compiles for ``module``: its own code object and name.
-
-        Dynamo keeps compiled entries, and counts its recompile limit, per code
-        object: one shared function would make the 9th module compiled run eager.
-        """
-        is_compiling = self.torch.compiler.is_compiling
-
-        def traced(*args: Any, **kwargs: Any) -> Any:
-            if not is_compiling():  # folded to False in compiled code: runs only eager
-                entry.eager_calls += 1
-                entry.last_call_eager = True
-            return module._call_impl(*args, **kwargs)
-
-        code_name = CODE_NAME.format(len(self._codes))
-        self._codes[code_name] = entry
-        traced.__code__ = traced.__code__.replace(co_name=code_name)
-        return traced
-
-    def _recompiled(
-        self, module: Any, entry: CompiledModule, compiled: Callable[..., Any]
-    ) -> Callable[..., Any]:
-        """A fresh compile of ``module`` (whole), for parameters whose requires_grad changed.
-
-        torch 2.9 reuses a graph traced with frozen parameters after they are unfrozen
-        (a two-phase fine-tune): no gradients reach them (reproduced with
-        ``torch.compile(model)`` alone). A new code object starts a new dynamo entry.
-        A model the script compiled (``trcomp.runtime.compile``) keeps its call and is
-        checked again.
-        """
-        entry.checking, entry.verified = self.verify, None
-        if entry.by == BY_RUNTIME:
-            entry.recompiled = "requires_grad of its parameters changed: checked again"
-            return compiled
-        if entry.call is not None and entry.call.groups:
-            regions.unmark_regions(entry.call.groups)
-        if entry.aot is not None:
-            entry.aot.state.reason = "not used after requires_grad of its parameters changed"
-        entry.call = RegionalCall(
-            self.torch.compile(self._traced(module, entry), **self.compile_kwargs), [], self.torch
-        )
-        entry.recompiled = "requires_grad of its parameters changed"
-        return entry.call
-
     def _guarded(
         self, module: Any, compiled: Callable[..., Any], entry: CompiledModule
     ) -> Callable[..., Any]:
@@ -443,9 +400,9 @@ class AutoCompile:
         One of the hook's own frames, or any frame a compiled module's call runs
         (a forward hook of the script's, resumed after a graph break).
         """
-        entry = self._codes.get(code_name) or self.running
+        entry = self.codes.get(code_name) or self.running
         if entry is not None and entry.limit is None:
-            frame = "" if code_name in self._codes else f" in {code_name} ({where})"
+            frame = "" if code_name in self.codes else f" in {code_name} ({where})"
             entry.limit = " ".join(f"{limit}{frame}: {reason}".split())[:REASON_CHARS]
 
     # -- report -----------------------------------------------------------------

@@ -9,8 +9,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from trcomp.runtime import regions
+from trcomp.runtime.regions import RegionalCall
 from trcomp_container.inprocess import torch_compat
 from trcomp_container.inprocess.compiled import (
+    CODE_NAME,
     REASON_CHARS,
     CompiledModule,
     restore,
@@ -23,7 +26,14 @@ from trcomp_container.inprocess.verify import Verdict, tensors, verify_call
 if TYPE_CHECKING:
     from trcomp_container.inprocess.autocompile import AutoCompile
 
-__all__ = ["BY_RUNTIME", "MAX_CHECKED_CALLS", "adopt", "guarded_call"]
+__all__ = [
+    "BY_RUNTIME",
+    "MAX_CHECKED_CALLS",
+    "adopt",
+    "guarded_call",
+    "recompiled_call",
+    "traced_call",
+]
 
 BY_RUNTIME = "trcomp.runtime.compile"
 """Who compiled a module that the script compiled through ``trcomp.runtime.compile``."""
@@ -48,7 +58,7 @@ def guarded_call(
             return module._call_impl(*args, **kwargs)
         now = trained(module)
         if now != grads:
-            grads, compiled = now, owner._recompiled(module, entry, compiled)
+            grads, compiled = now, recompiled_call(owner, module, entry, compiled)
         if entry.checking:
             return _checked(owner, module, compiled, entry, args, kwargs)
         entry.calls += 1
@@ -148,3 +158,49 @@ def adopt(owner: AutoCompile, optimized: Any) -> CompiledModule:
         lambda: torch_compat.set_compiled_call_impl(optimized, before),
     )
     return entry
+
+
+def traced_call(owner: AutoCompile, module: Any, entry: CompiledModule) -> Callable[..., Any]:
+    """The function dynamo compiles for ``module``: its own code object and name.
+
+    Dynamo keeps compiled entries, and counts its recompile limit, per code
+    object: one shared function would make the 9th module compiled run eager.
+    """
+    is_compiling = owner.torch.compiler.is_compiling
+
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        if not is_compiling():  # folded to False in compiled code: runs only eager
+            entry.eager_calls += 1
+            entry.last_call_eager = True
+        return module._call_impl(*args, **kwargs)
+
+    code_name = CODE_NAME.format(len(owner.codes))
+    owner.codes[code_name] = entry
+    traced.__code__ = traced.__code__.replace(co_name=code_name)
+    return traced
+
+
+def recompiled_call(
+    owner: AutoCompile, module: Any, entry: CompiledModule, compiled: Callable[..., Any]
+) -> Callable[..., Any]:
+    """A fresh compile of ``module`` (whole), for parameters whose requires_grad changed.
+
+    torch 2.9 reuses a graph traced with frozen parameters after they are unfrozen
+    (a two-phase fine-tune): no gradients reach them (reproduced with
+    ``torch.compile(model)`` alone). A new code object starts a new dynamo entry.
+    A model the script compiled (``trcomp.runtime.compile``) keeps its call and is
+    checked again.
+    """
+    entry.checking, entry.verified = owner.verify, None
+    if entry.by == BY_RUNTIME:
+        entry.recompiled = "requires_grad of its parameters changed: checked again"
+        return compiled
+    if entry.call is not None and entry.call.groups:
+        regions.unmark_regions(entry.call.groups)
+    if entry.aot is not None:
+        entry.aot.state.reason = "not used after requires_grad of its parameters changed"
+    torch = owner.torch
+    fresh = torch.compile(traced_call(owner, module, entry), **owner.compile_kwargs)
+    entry.call = RegionalCall(fresh, [], torch)
+    entry.recompiled = "requires_grad of its parameters changed"
+    return entry.call

@@ -18,6 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from trcomp._version import __version__
 from trcomp.contract.errors import CompilerConfigError
+from trcomp.contract.hyperparameter_values import (
+    SHOWN_CHARS,
+    decode_bool,
+    decode_object,
+    shown,
+    shown_json,
+)
 from trcomp.contract.instances import supported_gpu_families
 from trcomp.contract.keys import CONFIG_KEY, DEBUG_KEY, ENABLED_KEY, VERSION_FIELD
 from trcomp.contract.limits import check_limits
@@ -69,16 +76,6 @@ _NEWER_FIELDS = (
     "verify",
     "fast_random",
 )
-# Values echoed in error messages are cut to this many characters.
-_SHOWN_CHARS = 80
-
-
-def _shown(value: Any) -> str:
-    """``repr(value)``, cut to a readable length (a value may be megabytes long)."""
-    text = repr(value)
-    if len(text) <= _SHOWN_CHARS:
-        return text
-    return f"{text[: _SHOWN_CHARS - 20]}... ({len(text):,} characters)"
 
 
 class TrainingCompilerConfig(BaseModel):
@@ -265,7 +262,7 @@ class TrainingCompilerConfig(BaseModel):
         for flag in flags:
             if not _XLA_FLAG.fullmatch(flag):
                 raise ValueError(
-                    f"xla_flags entry {_shown(flag)} is not an XLA flag: write it as "
+                    f"xla_flags entry {shown(flag)} is not an XLA flag: write it as "
                     "'--xla_name' or '--xla_name=value' (no spaces)"
                 )
         return flags
@@ -283,7 +280,7 @@ class TrainingCompilerConfig(BaseModel):
         for key in options:
             if not _INDUCTOR_KEY.fullmatch(key):
                 raise ValueError(
-                    f"inductor_options key {_shown(key)} is not a torch._inductor.config name: "
+                    f"inductor_options key {shown(key)} is not a torch._inductor.config name: "
                     "use dotted names such as 'triton.cudagraphs'"
                 )
         return options
@@ -377,19 +374,19 @@ class TrainingCompilerConfig(BaseModel):
                 f"{type(mapping).__name__}: pass estimator.hyperparameters() or the "
                 "toolkit's framework parameters"
             )
-        enabled = _decode_bool(mapping, ENABLED_KEY)
-        debug = _decode_bool(mapping, DEBUG_KEY)
-        body = _decode_object(mapping, CONFIG_KEY)
+        enabled = decode_bool(mapping, ENABLED_KEY)
+        debug = decode_bool(mapping, DEBUG_KEY)
+        body = decode_object(mapping, CONFIG_KEY)
         if body is None:
             if enabled is None and debug is None:
                 return cls(enabled=False)
             fields: dict[str, Any] = {}
         else:
-            writer = str(body.pop(VERSION_FIELD, "unknown"))[:_SHOWN_CHARS]
+            writer = str(body.pop(VERSION_FIELD, "unknown"))[:SHOWN_CHARS]
             unknown = sorted(str(key) for key in set(body) - set(cls.model_fields))
             if unknown:
                 raise CompilerConfigError(
-                    f"{CONFIG_KEY} has field(s) {', '.join(map(_shown, unknown[:5]))} that "
+                    f"{CONFIG_KEY} has field(s) {', '.join(map(shown, unknown[:5]))} that "
                     f"trcomp {__version__} (in this container) does not know; the config was "
                     f"written by trcomp {writer}. Use a container image built from trcomp "
                     f"{writer} or newer, or drop the field(s) from the config."
@@ -400,7 +397,7 @@ class TrainingCompilerConfig(BaseModel):
                 continue
             if name in fields and fields[name] != value:
                 raise CompilerConfigError(
-                    f"{key}={json.dumps(value)} contradicts {name}={_shown_json(fields[name])} "
+                    f"{key}={json.dumps(value)} contradicts {name}={shown_json(fields[name])} "
                     f"in {CONFIG_KEY}: remove {key} from the job's hyperparameters and set "
                     f"{name} on the TrainingCompilerConfig instead"
                 )
@@ -408,66 +405,15 @@ class TrainingCompilerConfig(BaseModel):
         return cls(**fields)
 
 
-def _shown_json(value: Any) -> str:
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        return _shown(value)
-    return text if len(text) <= _SHOWN_CHARS else _shown(value)
-
-
 def _describe(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
-        where = ".".join(str(p)[:_SHOWN_CHARS] for p in err["loc"]) or "config"
+        where = ".".join(str(p)[:SHOWN_CHARS] for p in err["loc"]) or "config"
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             fields = ", ".join(TrainingCompilerConfig.model_fields)
             message = f"unknown field; TrainingCompilerConfig takes: {fields}"
         elif err["type"] == "literal_error":
-            message = f"{message} (got {_shown(err['input'])})"
+            message = f"{message} (got {shown(err['input'])})"
         parts.append(f"{where}: {message}" if err["loc"] else message)
     return "invalid TrainingCompilerConfig: " + "; ".join(parts)
-
-
-def _decode(value: Any, key: str) -> Any:
-    # SageMaker stores every value as a JSON string. The toolkit (and the SDK's
-    # attach) json.loads each value once, so a value arrives either decoded or,
-    # read from the stored hyperparameters, encoded once: one json.loads covers
-    # both. A str that is not JSON stays as it is ("false" from a decoded '"false"').
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError:
-        return value
-    except RecursionError:  # brackets nested deeper than any config is
-        raise CompilerConfigError(
-            f"hyperparameter {key} is nested too deeply to be a compiler config "
-            f"({_shown(value)}): let the estimator write it from a TrainingCompilerConfig"
-        ) from None
-
-
-def _decode_bool(mapping: Mapping[str, Any], key: str) -> bool | None:
-    if key not in mapping:
-        return None
-    value = _decode(mapping[key], key)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    raise CompilerConfigError(
-        f"hyperparameter {key} is {_shown(mapping[key])}; it must be 'true' or 'false'"
-    )
-
-
-def _decode_object(mapping: Mapping[str, Any], key: str) -> dict[str, Any] | None:
-    if key not in mapping:
-        return None
-    value = _decode(mapping[key], key)
-    if not isinstance(value, dict):
-        raise CompilerConfigError(
-            f"hyperparameter {key} must be a JSON object, got {_shown(mapping[key])}: "
-            "let the estimator write it from a TrainingCompilerConfig"
-        )
-    return dict(value)
