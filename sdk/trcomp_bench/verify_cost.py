@@ -33,7 +33,7 @@ RUNTIME_SCRIPT = JOB_SCRIPT.replace(
     "from trcomp_bench.workloads", "from trcomp import runtime\nfrom trcomp_bench.workloads"
 ).replace("model.train()", "model = runtime.compile(model)\nmodel.train()")
 SCRIPTS = {"gpt2": JOB_SCRIPT, "tiny_lm": RUNTIME_SCRIPT}
-HOW = {"gpt2": "zero-code path", "tiny_lm": "trcomp.runtime.compile (the demo's path)"}
+HOW = {"gpt2": "zero-code path", "tiny_lm": "trcomp.runtime.compile, the demo's path"}
 
 
 def measure(workload: str, *, steps: int = 20, rounds: int = 1) -> dict[str, Any]:
