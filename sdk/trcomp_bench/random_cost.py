@@ -16,13 +16,13 @@ table (see :mod:`trcomp_bench.doctables`)::
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from trcomp_bench.results import write_recorded
 
 __all__ = ["main", "measure"]
 
@@ -111,23 +111,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{got['eager random'] / got['own random']:.3f}",
         f"{got['eager'] / got['eager random']:.3f}",
     ]
-    data = {
-        "measured": datetime.date.today().isoformat(),
-        "source": args.source,
-        "header": [
-            "workload",
-            "steps each",
-            "eager step (ms)",
-            "compiled, eager's random numbers (ms)",
-            "compiled, inductor's own (ms)",
-            "eager's numbers / own",
-            "speed-up over eager, eager's numbers",
-        ],
-        "rows": [row],
-    }
-    print(json.dumps(data, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(data, indent=2) + "\n")
+    header = [
+        "workload",
+        "steps each",
+        "eager step (ms)",
+        "compiled, eager's random numbers (ms)",
+        "compiled, inductor's own (ms)",
+        "eager's numbers / own",
+        "speed-up over eager, eager's numbers",
+    ]
+    write_recorded(header, [row], args.source, args.json)
     return 0
 
 

@@ -16,13 +16,13 @@ Trainer jobs). Prints, and with ``--json`` writes, a ``recorded`` table (see
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from trcomp_bench.results import write_recorded
 
 __all__ = ["main", "measure"]
 
@@ -109,24 +109,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{whole * 1e3:.1f}", f"{got['per-block_s'] * 1e3:.1f}",
         f"{got['regional_s'] / whole:.3f}", f"{got['per-block_s'] / whole:.3f}",
     ]  # fmt: skip
-    data = {
-        "measured": datetime.date.today().isoformat(),
-        "source": args.source,
-        "header": [
-            "workload",
-            "regional blocks",
-            "steps each",
-            "regional step (ms)",
-            "whole-model step (ms)",
-            "per-block step (ms)",
-            "regional / whole",
-            "per-block / whole",
-        ],
-        "rows": [row],
-    }
-    print(json.dumps(data, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(data, indent=2) + "\n")
+    header = [
+        "workload",
+        "regional blocks",
+        "steps each",
+        "regional step (ms)",
+        "whole-model step (ms)",
+        "per-block step (ms)",
+        "regional / whole",
+        "per-block / whole",
+    ]
+    write_recorded(header, [row], args.source, args.json)
     return 0
 
 

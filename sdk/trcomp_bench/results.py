@@ -2,12 +2,14 @@
 
 :func:`table` and :func:`table_row` write every markdown table of the benchmark
 (the CPU rows, the GPU script's report, the launch overhead, the batch-size
-finder); :func:`write_text` writes every result file; :class:`Row` is one CPU
+finder); :func:`write_text` writes every result file, :func:`write_recorded` the
+``recorded`` tables of the side-by-side tools; :class:`Row` is one CPU
 measurement, with its JSON and PNG forms.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -28,6 +30,7 @@ __all__ = [
     "table_head",
     "table_row",
     "write_json",
+    "write_recorded",
     "write_text",
 ]
 
@@ -124,6 +127,23 @@ class Row:
 ROW_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Row))
 SHARED_KEYS: tuple[str, ...] = ("first_step_shared_s", "shared_read")
 ROUND_KEYS: tuple[str, ...] = ("round_step_s", "round_load", "vs_eager_rounds", "unreliable")
+
+
+def write_recorded(
+    header: Sequence[str], rows: Sequence[Sequence[str]], source: str, path: Path | None
+) -> dict[str, Any]:
+    """A ``recorded`` table (:mod:`trcomp_bench.doctables`) dated today: printed, and written
+    to ``path`` when given. Returns it."""
+    data = {
+        "measured": datetime.date.today().isoformat(),
+        "source": source,
+        "header": list(header),
+        "rows": [list(row) for row in rows],
+    }
+    print(json.dumps(data, indent=2))
+    if path is not None:
+        path.write_text(json.dumps(data, indent=2) + "\n")
+    return data
 
 
 def write_text(path: Path, text: str) -> None:

@@ -17,14 +17,13 @@ writes, a ``recorded`` table (:mod:`trcomp_bench.doctables`)::
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import statistics
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trcomp_bench.results import write_recorded
 from trcomp_bench.speedup_jobs import JOB_SCRIPT, run_job
 
 __all__ = ["RUNTIME_SCRIPT", "main", "measure"]
@@ -106,23 +105,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{median['checked job_s'] / median['unchecked job_s']:.3f}",
             ]
         )
-    data = {
-        "measured": datetime.date.today().isoformat(),
-        "source": args.source,
-        "header": [
-            "workload",
-            "pairs of jobs",
-            "checked: calls run both ways, their seconds",
-            "compile s, verify on / off",
-            "first step s, on / off",
-            "job s, on / off",
-            "job on / off",
-        ],
-        "rows": rows,
-    }
-    print(json.dumps(data, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(data, indent=2) + "\n")
+    header = [
+        "workload",
+        "pairs of jobs",
+        "checked: calls run both ways, their seconds",
+        "compile s, verify on / off",
+        "first step s, on / off",
+        "job s, on / off",
+        "job on / off",
+    ]
+    write_recorded(header, rows, args.source, args.json)
     return 0
 
 
