@@ -20,7 +20,7 @@ import pytest
 
 from tests.helpers import jobs
 from tests.helpers.aws import OTHER_ACCOUNT, aws_environment, create_bucket, moto_server
-from tests.helpers.hung_server import hung_server
+from tests.helpers.hung_server import until_reached
 from tests.helpers.redis_server import redis_server
 from trcomp.config import TrainingCompilerConfig
 from trcomp_container.caching.compat import compat_set
@@ -176,14 +176,16 @@ def test_a_bucket_of_another_account_fails_the_job_before_the_script_runs(servic
 
 
 def test_a_hung_store_delays_a_job_by_at_most_the_budget(services, tmp_path):
-    config = _config("s3://team-cache/hung", shared_cache_timeout_s=2)
-    with hung_server() as (port, accepted):
-        run = _job(tmp_path, "hung-s3", config, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
-    assert accepted, "the job never reached the hung endpoint"
+    def attempt(port: int, budget: float):
+        config = _config("s3://team-cache/hung", shared_cache_timeout_s=budget)
+        endpoint = f"http://127.0.0.1:{port}"
+        return _job(tmp_path / f"{budget:g}", "hung-s3", config, AWS_ENDPOINT_URL=endpoint)
+
+    run, budget = until_reached(attempt, budgets=(2, 8, 20))
     shared = run.summary["shared_cache"]
     assert shared["read_budget_hit"] is True and shared["entries_read"] == 0
     assert run.summary["cache_warm"] is False and "files_written" not in shared
-    assert any("shared_cache_timeout_s=2" in w for w in run.summary["warnings"])
+    assert any(f"shared_cache_timeout_s={budget:g}" in w for w in run.summary["warnings"])
 
 
 def test_a_malformed_read_limit_fails_the_job_with_the_config_error(services, tmp_path):

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.aws import aws_environment, create_bucket, moto_server
-from tests.helpers.hung_server import hung_server
+from tests.helpers.hung_server import hung_server, until_reached
 from tests.helpers.redis_server import redis_server
 from trcomp.contract.errors import SharedCacheError
 from trcomp_container.caching.compat import compat_set
@@ -42,21 +42,22 @@ def _open(uri: str, live: Path, *, remote_job: bool = False, **kwargs):
     )  # fmt: skip
 
 
-HANG_S = 120  # a test still running after this waited on the hung store: failed
-# The budget where a test asserts the hung endpoint was reached: creating the S3 client
-# took over 1 s on a loaded CI machine, so the budget ran out before a request was sent.
-REACH_BUDGET_S = 8.0
+# A test still running after this waited on the hung store: failed. It leaves room for
+# until_reached's three budgets (8 + 20 + 45 s) on a machine too loaded for the first.
+HANG_S = 120
 
 
 @pytest.mark.timeout(HANG_S)
 def test_an_s3_endpoint_that_never_answers_makes_the_job_start_cold(tmp_path):
-    with hung_server() as (port, accepted), aws_environment(f"http://127.0.0.1:{port}"):
-        cache = _open("s3://team-cache/compile", tmp_path / "live", timeout_s=REACH_BUDGET_S)
-    assert accepted, "the hung endpoint was never reached"
+    def attempt(port: int, budget: float):
+        with aws_environment(f"http://127.0.0.1:{port}"):
+            return _open("s3://team-cache/compile", tmp_path / f"live-{budget:g}", timeout_s=budget)
+
+    cache, budget = until_reached(attempt)
     assert cache.facts["read_budget_hit"] is True
     assert cache.facts["entries_read"] == 0 and cache.warm is False and cache.store is None
-    assert "shared_cache_timeout_s=8" in cache.warnings[0]
-    assert cache.finish(tmp_path / "live", succeeded=True).get("files_written") is None
+    assert f"shared_cache_timeout_s={budget:g}" in cache.warnings[0]
+    assert cache.finish(tmp_path / f"live-{budget:g}", succeeded=True).get("files_written") is None
 
 
 @pytest.fixture
@@ -106,9 +107,11 @@ def test_a_directory_store_that_blocks_makes_the_job_start_cold(tmp_path, fifo, 
 
 @pytest.mark.timeout(HANG_S)
 def test_a_redis_that_never_answers_leaves_the_remote_caches_off(tmp_path):
-    with hung_server() as (port, accepted):
-        cache = _open(f"redis://127.0.0.1:{port}", tmp_path / "live", timeout_s=REACH_BUDGET_S)
-    assert accepted
+    cache, _ = until_reached(
+        lambda port, budget: _open(
+            f"redis://127.0.0.1:{port}", tmp_path / f"live-{budget:g}", timeout_s=budget
+        )
+    )
     assert cache.environment == {} and cache.facts["remote_cache"] is False
     assert cache.warm is False and "without inductor's remote caches" in cache.warnings[0]
 

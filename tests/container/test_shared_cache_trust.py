@@ -25,7 +25,7 @@ from tests.helpers.aws import (
     moto_server,
     s3control_resolves,
 )
-from tests.helpers.hung_server import hung_server
+from tests.helpers.hung_server import until_reached
 from trcomp.contract import shared_trust
 from trcomp.contract.errors import SharedCacheError
 from trcomp_container.caching.compat import compat_set
@@ -395,12 +395,11 @@ def test_without_the_accounts_settings_the_buckets_own_decide(
         assert refusing.received, "S3 Control was never asked"
     assert "(s3:GetAccountPublicAccessBlock was denied)" in str(caught.value)
 
-    with hung_server() as (port, accepted):
+    def attempt(port: int, budget: float):
         monkeypatch.setenv("AWS_ENDPOINT_URL_S3_CONTROL", f"http://127.0.0.1:{port}")
-        # A budget the bucket's own checks fit in on a busy machine (at 1 s they did not,
-        # once, and the budget ran out before S3 Control was asked).
-        cache = _open("s3://acct-policy-cache/c", tmp_path / "hung", timeout_s=8)
-    assert accepted, "S3 Control was never asked"
+        return _open("s3://acct-policy-cache/c", tmp_path / f"hung-{budget:g}", timeout_s=budget)
+
+    cache, _ = until_reached(attempt)  # S3 Control was asked, and never answered
     # The job stops waiting at its budget and starts cold: nothing read, nothing to write.
     assert cache.facts["read_budget_hit"] is True and cache.store is None
 
