@@ -21,6 +21,7 @@ from trcomp_container.inprocess.compiled import (
     trained,
     went_through_compiled,
 )
+from trcomp_container.inprocess.unrolled import unrolled_loop
 from trcomp_container.inprocess.verify import Verdict, tensors, verify_call
 
 if TYPE_CHECKING:
@@ -106,15 +107,26 @@ def _checked(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    """One call verified against eager; the script gets eager's output."""
+    """One call verified against eager; the script gets eager's output.
+
+    Before the first: a forward that would unroll a long loop is not compiled at all
+    (:mod:`.unrolled`). After a call that failed its check, the round's other calls run
+    eager only: the module stays eager whatever they find.
+    """
     verdict = Verdict()
-    if not entry.verdicts:
+    first = not entry.verdicts
+    if first:
         entry.check_started = owner.steps
+    failed = any(v.problem for v in entry.verdicts)
     entry.verdicts.append(verdict)
     started = time.perf_counter()
     owner.depth += 1
     owner.running = entry
     try:
+        if first:
+            verdict.problem = unrolled_loop(owner.torch, module, args, kwargs)
+        if failed or verdict.problem:
+            return module._call_impl(*args, **kwargs)
         return verify_call(
             owner.torch,
             module,

@@ -38,7 +38,15 @@ from typing import Any
 
 from trcomp_container.inprocess.speedup.exchange import exchange
 
-__all__ = ["TOLERANCES", "Verdict", "agree_verdicts", "tensors", "verify_call"]
+__all__ = [
+    "TOLERANCES",
+    "Verdict",
+    "agree_verdicts",
+    "put_back",
+    "state_of",
+    "tensors",
+    "verify_call",
+]
 
 TOLERANCES = {"float32": (1e-3, 1e-6), "float64": (1e-6, 1e-9), "bfloat16": (5e-2, 1e-3)}
 """dtype -> (relative to the largest magnitude, absolute floor); others use float16's."""
@@ -74,7 +82,7 @@ def verify_call(
     lets it fail the job (``fallback="fail"``).
     """
     params = [param for param in module.parameters() if param.requires_grad]
-    before = _state(torch, module)
+    before = state_of(torch, module)
     compiled_side: tuple[list[Any], list[Any] | None, list[Any], Any] | None = None
     try:
         out = compiled(*args, **kwargs)
@@ -91,7 +99,7 @@ def verify_call(
             raise
         verdict.problem = _short(f"the compiled module failed: {type(exc).__name__}: {exc}")
     finally:
-        _restore(torch, module, before)
+        put_back(torch, module, before)
     out = module._call_impl(*args, **kwargs)
     flat = list(tensors(out))
     _watch_double_backward(torch, flat, verdict)
@@ -287,11 +295,13 @@ def _rng(torch: Any) -> list[Any]:
     return states
 
 
-def _state(torch: Any, module: Any) -> tuple[list[Any], list[Any]]:
+def state_of(torch: Any, module: Any) -> tuple[list[Any], list[Any]]:
+    """The module's buffers and the random generators' states: what a call may change."""
     return _buffers(torch, module), _rng(torch)
 
 
-def _restore(torch: Any, module: Any, state: tuple[list[Any], list[Any]]) -> None:
+def put_back(torch: Any, module: Any, state: tuple[list[Any], list[Any]]) -> None:
+    """Put back what :func:`state_of` took."""
     buffers, rng = state
     with torch.no_grad():
         for buffer, value in zip(module.buffers(), buffers, strict=False):

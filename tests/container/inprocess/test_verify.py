@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from trcomp_container.inprocess import autocompile
+from trcomp_container.inprocess import autocompile, torch_compat
+from trcomp_container.inprocess.unrolled import MAX_REPEATS, unrolled_loop
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -137,6 +138,30 @@ def test_double_backward_through_the_module_keeps_it_eager():
     (entry,) = policy.compiled
     assert entry.verified is False and "create_graph=True" in entry.failed
     assert losses == pytest.approx(eager, abs=1e-6)
+
+
+class Unrolled(Net):
+    """A Python loop over one submodule, one call per step of a sequence (an RNN cell)."""
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        for _ in range(MAX_REPEATS + 1):
+            h = torch.tanh(h + self.a(x) * 0.1)
+        return self.b(h)
+
+
+def test_a_loop_that_would_unroll_into_one_huge_graph_is_never_compiled():
+    eager = train(Unrolled)
+    graphs = torch_compat.unique_graphs()
+    policy = hooks()
+    losses = train(Unrolled, policy=policy)
+    (entry,) = policy.compiled
+    assert entry.verified is False and not entry.ran_compiled
+    assert f"calls a (Linear) {MAX_REPEATS + 2} times in one call" in entry.failed, entry.failed
+    assert torch_compat.unique_graphs() == graphs  # seen before dynamo traced anything
+    assert losses == pytest.approx(eager, abs=1e-6)
+    # A forward that calls it fewer times is compiled as before.
+    assert unrolled_loop(torch, Net(), (torch.randn(2, 4),), {}) is None
 
 
 @pytest.mark.slow
