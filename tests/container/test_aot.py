@@ -160,18 +160,15 @@ def test_second_job_loads_the_artifact_an_edited_forward_does_not(
     assert len(list((cache / "aot").glob("*.pt2"))) == 1  # saved over the stale one
 
 
+@pytest.mark.skipif(not HAS_AOT, reason=f"torch {torch.__version__} has no aot_compile")
 def test_aot_off_says_why(tmp_path: Path, script: Path) -> None:
-    """aot=False, or a torch without aot_compile: the normal path, and the record says so."""
-    config = TrainingCompilerConfig(aot=False) if HAS_AOT else TrainingCompilerConfig()
-    result = run(tmp_path / "job", tmp_path / "cache", config, script)
+    """aot=False: the normal path, and the record says so. (A torch without aot_compile:
+    test_autocompile.py's plain loop reads the reason in its record.)"""
+    result = run(tmp_path / "job", tmp_path / "cache", TrainingCompilerConfig(aot=False), script)
     (module,) = result["record"]["autocompile"]["modules"]
     assert module["ran_compiled"] is True
     assert result["logged"] == 1
-    if HAS_AOT:
-        assert module["aot"] is None
-    else:
-        assert module["aot"]["path"] == "off"
-        assert "has no aot_compile" in module["aot"]["reason"]
+    assert module["aot"] is None
     assert not (tmp_path / "cache" / "aot").exists()
 
 

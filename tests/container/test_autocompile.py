@@ -8,14 +8,17 @@ one FX graph cache so that only the first compile of each graph is cold.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import jobs
+from tests.helpers.records import RANKS
 from trcomp.config import TrainingCompilerConfig
 from trcomp.contract.config import torch_has_aot
+from trcomp_container.inprocess import record as rank_record
 
 pytestmark = pytest.mark.slow
 
@@ -53,8 +56,6 @@ OFF = TrainingCompilerConfig(enabled=False)
 
 
 def losses(job: jobs.JobRun) -> list[float]:
-    import json
-
     return json.loads((job.base / "model" / "losses.json").read_text())
 
 
@@ -72,23 +73,35 @@ def close(a: list[float], b: list[float], tol: float = 1e-4) -> bool:
     )
 
 
-@pytest.mark.parametrize("backend", ["auto", "inductor"])
-def test_a_plain_loop_is_compiled_with_no_code_change(run, backend):
-    job = run("plain", TrainingCompilerConfig(backend=backend))
+AUTO = TrainingCompilerConfig(backend="auto")  # inductor on this CPU host (test_backends.py)
+LAYERS = 4  # repeated blocks, which the default still compiles whole
+
+
+def test_a_plain_loop_is_compiled_whole_with_no_code_change(run):
+    job = run("plain", AUTO, layers=LAYERS)
     summary = job.summary
+    assert summary["backend"] == "inductor"
     assert summary["metrics"]["graphs_compiled"] >= 1
     (rank,) = summary["ranks"]
-    assert [m["module"] for m in rank["autocompile"]["modules"]] == ["TinyLM"]
+    (module,) = rank["autocompile"]["modules"]
+    assert module["module"] == "TinyLM" and module["regional"] is None
     assert rank["autocompile"]["skipped"] == {"CrossEntropyLoss": "no trainable parameters"}
     assert summary["compiled"] == whole_model(job)
+    if not torch_has_aot(summary["versions"]["torch"]):  # the record says why (test_aot.py)
+        assert module["aot"]["path"] == "off" and "has no aot_compile" in module["aot"]["reason"]
     assert not [w for w in summary["warnings"] if "nothing was compiled" in w]
     # The eager steps of the measurement leave the losses where eager puts them.
-    assert close(losses(job), losses(run("plain", OFF)))
+    assert close(losses(job), losses(run("plain", OFF, layers=LAYERS)))
+    # The typed record the hook wrote reads back to the same file (inprocess/test_record.py).
+    (path,) = (job.base / "output" / RANKS).glob(rank_record.RECORD_GLOB)
+    record = rank_record.read(path)
+    assert record.speedup is not None and record.compile and record.compile.graphs >= 1
+    assert json.dumps(record.to_json(), indent=1) == path.read_text()
 
 
 def test_a_model_with_repeated_blocks_is_compiled_with_one_region_for_its_blocks(run):
     # regional=True: four encoder layers, one region traced once, one graph.
-    job = run("plain", TrainingCompilerConfig(backend="inductor", regional=True), layers=4)
+    job = run("plain", TrainingCompilerConfig(backend="inductor", regional=True), layers=LAYERS)
     summary = job.summary
     (module,) = summary["ranks"][0]["autocompile"]["modules"]
     assert module["failed"] is None
@@ -100,30 +113,18 @@ def test_a_model_with_repeated_blocks_is_compiled_with_one_region_for_its_blocks
     else:  # wrong gradients under inductor on torch 2.14 (regions.torch_reason): whole
         assert module["regional"] is None and "wrong gradients" in module["regional_off"]
     assert summary["metrics"]["graphs_compiled"] == 1
-    assert close(losses(job), losses(run("plain", OFF, layers=4)))
-
-
-def test_by_default_the_whole_model_is_compiled(run):
-    job = run("plain", TrainingCompilerConfig(backend="inductor"), layers=4)
-    (module,) = job.summary["ranks"][0]["autocompile"]["modules"]
-    assert module["regional"] is None
-    assert job.summary["compiled"] == whole_model(job)
-    assert close(losses(job), losses(run("plain", OFF, layers=4)))
+    assert close(losses(job), losses(run("plain", OFF, layers=LAYERS)))
 
 
 def test_every_inductor_job_measures_its_speedup_over_eager(run):
-    summary = run("plain", TrainingCompilerConfig(backend="auto")).summary
+    summary = run("plain", AUTO, layers=LAYERS).summary
     speedup = summary["speedup"]
     assert speedup["source"] == "measured" and speedup["eager_steps"] == [8, 9, 10, 11]
     assert speedup["kept"] in ("compiled", "eager")
     metrics = summary["metrics"]
     assert {"eager_step_s", "step_time_s", "speedup_vs_eager"} <= set(metrics)
     assert metrics["speedup_vs_eager"] == speedup["speedup_vs_eager"]
-    assert "vs eager, measured in this job" in jobs_log(run, "plain")
-
-
-def jobs_log(run, case: str) -> str:
-    return run(case, TrainingCompilerConfig(backend="auto")).output
+    assert "vs eager, measured in this job" in run("plain", AUTO, layers=LAYERS).output
 
 
 def test_the_loss_outside_forward_and_evaluation_between_steps(run):
@@ -163,13 +164,13 @@ def test_a_compilation_that_fails_falls_back_to_eager_with_the_reason(run):
     broken = TrainingCompilerConfig(
         backend="inductor", inductor_options={"cpp.inject_relu_bug_TESTING_ONLY": "compile_error"}
     )
-    job = run("plain", broken)
+    job = run("plain", broken, layers=LAYERS)
     (module,) = job.summary["ranks"][0]["autocompile"]["modules"]
     assert module["failed"] and "CppCompileError" in module["failed"]
     assert job.summary["compiled"] == "nothing: TinyLM (failed, ran eager)"
     (warning,) = [w for w in job.summary["warnings"] if "nothing was compiled" in w]
     assert "compiling TinyLM failed" in warning and "fallback='fail'" in warning
-    assert close(losses(job), losses(run("plain", OFF)))
+    assert close(losses(job), losses(run("plain", OFF, layers=LAYERS)))
 
 
 def test_auto_compile_off_compiles_nothing_and_says_so(run):

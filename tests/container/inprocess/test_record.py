@@ -7,8 +7,6 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.hook import run_hooked
-from trcomp.contract.runtime_config import RuntimeConfig
 from trcomp_container.inprocess import record as rank_record
 from trcomp_container.inprocess.record import (
     AutoCompileReport,
@@ -286,34 +284,3 @@ def test_write_and_read_use_the_hooks_file_name_and_format(tmp_path) -> None:
     assert path.name == "rank1-pid4242.json" and path.match(rank_record.RECORD_GLOB)
     assert path.read_text() == json.dumps(RECORDS["inductor"], indent=1)
     assert rank_record.read(path) == record
-
-
-ZERO_CODE = """
-import torch
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for _ in range(16):
-    model(torch.ones(2, 4)).pow(2).mean().backward()
-    opt.step()
-    opt.zero_grad()
-"""
-
-
-@pytest.mark.slow
-def test_a_record_the_hook_wrote_reads_back_to_the_same_file(tmp_path) -> None:
-    config = RuntimeConfig(enabled=True, backend="inductor", engine="inductor")
-    env = {
-        **config.to_env(),
-        "TRCOMP_BACKEND": "inductor",
-        "TRCOMP_CACHE_DIR": str(tmp_path / "cache"),
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache" / "inductor"),
-    }
-    done = run_hooked(tmp_path, ZERO_CODE, extra_env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (path,) = (tmp_path / "ranks").glob(rank_record.RECORD_GLOB)
-    record = rank_record.read(path)
-    assert record.autocompile is not None and record.speedup is not None
-    assert [module.module for module in record.autocompile.modules] == ["Sequential"]
-    assert record.compile is not None and record.compile.graphs >= 1
-    assert json.dumps(record.to_json(), indent=1) == path.read_text()
