@@ -32,6 +32,6 @@ if os.environ.get("TRCOMP_METRICS_DIR"):
         from trcomp_container.inprocess import start
 
         start()
-    except Exception as exc:
+    except Exception as exc:  # the shim's no-harm boundary: the script runs without the hook
         print(f"[trcomp] start-up hook disabled: {type(exc).__name__}: {exc}", file=sys.stderr)
 _chain_next_sitecustomize()
