@@ -427,6 +427,10 @@ def test_a_real_process_mode_job_trains_as_the_compiler_off_run(
     (record,) = records_in_members(members)
     summary = json.load(io.BytesIO(members["data/compiler/summary.json"]))
     assert summary["outcome"] == "success"
+    # Compiled with no code change, in process mode, and the speed-up measured.
+    assert summary["backend"] == "inductor" and summary["metrics"]["graphs_compiled"] >= 1
+    assert summary["compiled"].startswith("Sequential (by trcomp, no code change"), summary
+    assert summary["speedup"]["speedup_vs_eager"] > 0
     diff = max_diff(off.report, report)
     problems = untruths(script, report, record)
     if diff > FP32_TOLERANCE:

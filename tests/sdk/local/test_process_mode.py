@@ -249,36 +249,6 @@ def test_fit_leaves_the_estimator_as_it_was(project: Path, role: str) -> None:
     assert est.latest_job_spec.checkpoint_s3_uri == f"file://{checkpoints}"
 
 
-@pytest.mark.slow
-def test_a_plain_loop_compiles_in_process_mode_with_no_code_change(tmp_path: Path, role: str):
-    import shutil
-
-    source = tmp_path / "src"
-    source.mkdir()
-    plain = Path(__file__).parents[2] / "container" / "scripts" / "plain_loop.py"
-    shutil.copy(plain, source / "plain_loop.py")
-    est = PyTorch(
-        entry_point="plain_loop.py",
-        source_dir=str(source),
-        role=role,
-        instance_type="local_process",
-        instance_count=1,
-        output_path=f"file://{tmp_path / 'out'}",
-        hyperparameters={"steps": 16},
-        compiler_config=TrainingCompilerConfig(backend="inductor"),
-    )
-    est.fit(job_name="plain-loop")
-    out = tmp_path / "out" / "plain-loop" / "output"
-    with tarfile.open(out / "output.tar.gz") as tar:
-        (name,) = [n for n in tar.getnames() if n.endswith("compiler/summary.json")]
-        member = tar.extractfile(name)
-        assert member is not None
-        summary = json.load(member)
-    assert summary["backend"] == "inductor" and summary["metrics"]["graphs_compiled"] >= 1
-    assert summary["compiled"] == "TinyLM (by trcomp, no code change); 1 graph"
-    assert summary["speedup"]["speedup_vs_eager"] > 0
-
-
 # A process-mode job in a Python that has trcomp[sdk-v2] but not trcomp[container].
 SDK_ONLY_JOB = """
 import sys

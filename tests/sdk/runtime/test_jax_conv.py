@@ -45,6 +45,7 @@ def test_every_gradient_and_every_loss_equal_eager(model: str, steps: int) -> No
     assert max(result["loss_diffs"]) < LOSS_TOLERANCE, result["loss_diffs"]
 
 
+@pytest.mark.upstream
 def test_without_the_flatten_fix_no_layer_before_flatten_trains() -> None:
     """torchax's Tensor.flatten reshapes the JAX array: nn.Flatten cuts the graph."""
     result = run("bench_cnn", 6, "flatten_method")
@@ -54,6 +55,7 @@ def test_without_the_flatten_fix_no_layer_before_flatten_trains() -> None:
     assert max(result["loss_diffs"]) > 1e-3, result["loss_diffs"]
 
 
+@pytest.mark.upstream
 def test_without_the_max_pool_fix_the_layers_before_the_pool_get_no_gradient() -> None:
     """F.max_pool2d is lowered above autograd: its output has no grad_fn."""
     result = run("conv_pool", 4, "max_pool_lowering")
@@ -63,6 +65,7 @@ def test_without_the_max_pool_fix_the_layers_before_the_pool_get_no_gradient() -
     assert max(result["loss_diffs"]) > 1e-4, result["loss_diffs"]
 
 
+@pytest.mark.upstream
 def test_without_the_max_pool_backward_fix_the_conv_gradients_are_wrong() -> None:
     """torchax's max_pool2d_with_indices_backward adds the gradient to the whole window."""
     result = run("conv_pool", 2, "max_pool_backward")
@@ -71,12 +74,14 @@ def test_without_the_max_pool_backward_fix_the_conv_gradients_are_wrong() -> Non
     assert result["grad_diffs"]["body.4.weight"] < GRAD_TOLERANCE, result["grad_diffs"]
 
 
+@pytest.mark.upstream
 def test_without_the_grouped_transposed_fix_the_forward_differs() -> None:
     result = run("mixed", 2, "grouped_transposed_convolution")
     assert result["error"] is None, result["error"]
     assert result["loss_diffs"][0] > 1e-3, result["loss_diffs"]
 
 
+@pytest.mark.upstream
 @pytest.mark.parametrize(
     ("workaround", "symptom"),
     [

@@ -36,11 +36,13 @@ def test_the_pinned_set_is_installed_and_torchax_imports_with_torch_2_9() -> Non
 
     versions = {name: metadata.version(name) for name in ("torch", "jax", "jaxlib", "torchax")}
     assert versions["torch"].split("+")[0] == "2.9.0"
+    # The tests marked upstream (what this torchax does without each of trcomp's
+    # workarounds) were last run on these: after a new pin, `make test-upstream`.
     assert (versions["jax"], versions["jaxlib"], versions["torchax"]) == (
         "0.10.2",
         "0.10.2",
         "0.0.13",
-    )
+    ), "new pins: run `make test-upstream`, then update the versions here"
     for file in metadata.files("torchax") or []:
         if file.hash is not None and str(file).endswith(".py"):
             digest = hashlib.sha256(file.locate().read_bytes()).digest()
@@ -66,12 +68,14 @@ def test_compiled_step_matches_eager_in_two_programs() -> None:
     assert result["stats"]["calls"] == len(result["losses"])
 
 
+@pytest.mark.upstream
 def test_without_swapping_params_the_head_and_embedding_come_apart() -> None:
     result = run_step("tied_weights")
     assert result["tied"] is False
     assert result["diff"] > 1e-3
 
 
+@pytest.mark.upstream
 @pytest.mark.parametrize(
     ("workaround", "symptom"),
     [
@@ -92,6 +96,7 @@ def test_without_the_workaround_the_step_fails(workaround: str, symptom: str) ->
         assert re.search(symptom, result["error"]), result["error"]
 
 
+@pytest.mark.upstream
 def test_a_float_learning_rate_is_frozen_into_the_program() -> None:
     """StepLR changes the LR after step 2; a float LR baked into the program ignores it."""
     result = run_step("tensor_lr")
