@@ -7,7 +7,7 @@ step. On this project's CPU machine an ``LSTMCell`` over 999 steps traced into
 failed with a RecursionError, for a job that trains eager in 4 minutes.
 
 Before a module's first checked call (:mod:`.verify`), its forward runs once
-eager without gradients, from the call's buffers and random state (both put
+eager (its output dropped), from the call's buffers and random state (both put
 back after), while a global forward pre-hook counts the calls of each
 submodule. A submodule with parameters called more than :data:`MAX_REPEATS`
 times in that one forward is the body of such a loop: the module stays eager,
@@ -33,7 +33,7 @@ def unrolled_loop(
 ) -> str | None:
     """Why compiling ``module`` would unroll a long loop; None when nothing says so.
 
-    Runs ``module``'s forward once (no gradients; buffers and random state put back).
+    Runs ``module``'s forward once (output dropped; buffers and random state put back).
     An error of that run is left to the call that follows, which raises it or not.
     """
     counts: dict[int, int] = {}
@@ -44,8 +44,10 @@ def unrolled_loop(
     before = state_of(torch, module)
     handle = torch.nn.modules.module.register_module_forward_pre_hook(count)
     try:
-        with torch.no_grad():
-            module._call_impl(*args, **kwargs)
+        # In the call's own grad mode: under autocast, a forward without gradients
+        # would leave weight casts without a graph in autocast's cache, which the
+        # script's forward in the same region then reuses (no gradient reaches them).
+        module._call_impl(*args, **kwargs)
     except Exception:  # the real call runs next: its error, if any, is the script's
         return None
     finally:
