@@ -100,6 +100,13 @@ def verified_text(records: Sequence[RankRecord]) -> str | None:
         if not entry.verified_calls:
             continue
         cost = f"{_plural(entry.verified_calls, 'call')} run both ways, {entry.verify_s:.1f} s"
+        if entry.rechecks:
+            cost += f"; {_plural(entry.rechecks, 'later graph')} checked too"
+        if entry.unchecked_graphs:
+            cost += (
+                f"; {_plural(entry.unchecked_graphs, 'later graph')} unchecked "
+                "(one rank checking alone would run the module's collectives twice)"
+            )
         if entry.verified:
             parts.append(f"{entry.module} matched eager ({cost})")
         elif entry.verified is False:

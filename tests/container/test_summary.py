@@ -137,7 +137,14 @@ def test_the_printed_speedup_says_when_it_was_too_noisy_to_decide():
 
 def test_the_summary_says_what_checking_against_eager_found_and_cost():
     module = {"module": "Net", "parameters": 10, "calls": 5, "ran_compiled": True}
-    checked = {**module, "verified": True, "verified_calls": 2, "verify_s": 21.43}
+    checked = {
+        **module,
+        "verified": True,
+        "verified_calls": 3,
+        "verify_s": 21.43,
+        "rechecks": 1,
+        "unchecked_graphs": 1,
+    }
     kept = {
         **module,
         "module": "Critic",
@@ -154,8 +161,10 @@ def test_the_summary_says_what_checking_against_eager_found_and_cost():
         [record(0, 30, [0.1] * 10, autocompile=auto)], job={"backend": "inductor"}
     )
     assert summary["verified"] == (
-        "Net matched eager (2 calls run both ways, 21.4 s); Critic kept eager (1 call run "
-        "both ways, 3.0 s): the gradient of b.weight differs by 0.02"
+        "Net matched eager (3 calls run both ways, 21.4 s; 1 later graph checked too; 1 "
+        "later graph unchecked (one rank checking alone would run the module's collectives "
+        "twice)); Critic kept eager (1 call run both ways, 3.0 s): the gradient of b.weight "
+        "differs by 0.02"
     )
     assert summary["compiled"] == (
         "Net (by trcomp, no code change), Critic (failed, ran eager), "

@@ -201,6 +201,12 @@ class AutoCompile:
             self._ledger.undo(_HOOKS)
 
     @property
+    def ranks(self) -> int:
+        """The job's ranks, as torch.distributed knows them (1 before it is set up)."""
+        dist = self.torch.distributed
+        return int(dist.get_world_size()) if dist.is_available() and dist.is_initialized() else 1
+
+    @property
     def saw_model(self) -> bool:
         """Whether a trained module was seen (compiled here or by the script)."""
         return bool(self.compiled or self.script_compiled)

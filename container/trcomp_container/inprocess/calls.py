@@ -14,15 +14,15 @@ from trcomp.runtime.regions import RegionalCall
 from trcomp_container.inprocess import torch_compat
 from trcomp_container.inprocess.compiled import (
     CODE_NAME,
+    MAX_SIGNATURES,
     REASON_CHARS,
     CompiledModule,
-    restore,
-    snapshot,
+    call_signature,
     trained,
     went_through_compiled,
 )
 from trcomp_container.inprocess.unrolled import unrolled_loop
-from trcomp_container.inprocess.verify import Verdict, tensors, verify_call
+from trcomp_container.inprocess.verify import Verdict, put_back, state_of, tensors, verify_call
 
 if TYPE_CHECKING:
     from trcomp_container.inprocess.autocompile import AutoCompile
@@ -41,6 +41,7 @@ BY_RUNTIME = "trcomp.runtime.compile"
 
 MAX_CHECKED_CALLS = 8
 """Calls of one module verified in one round at most (a loop that steps no optimizer)."""
+_FAILED = object()
 
 
 def guarded_call(
@@ -64,7 +65,12 @@ def guarded_call(
             return _checked(owner, module, compiled, entry, args, kwargs)
         entry.calls += 1
         entry.last_call_eager = False
-        saved = snapshot(module, torch) if entry.calls <= 3 else None
+        new = owner.verify and _new_signature(entry, call_signature(torch, module, args, kwargs))
+        # Its state before the call: a failed compile after a graph break may already
+        # have run the forward's first part (BatchNorm's statistics updated), and a new
+        # graph is checked from it.
+        saved = state_of(torch, module) if entry.calls <= 3 or new else None
+        graphs = torch_compat.unique_graphs()
         # The module's own pre-hook does not run on this path (nn.Module calls
         # _compiled_call_impl instead of _call_impl): count the call as the outermost
         # one, so what the compiled code calls is not taken for the script's model
@@ -73,22 +79,34 @@ def guarded_call(
         owner.running = entry
         try:
             out = compiled(*args, **kwargs)
-            if saved is not None and not entry.ran_aot:
+            if entry.calls <= 3 and not entry.ran_aot:
                 _look_for_compiled_code(entry, out)
-            return out
         except dynamo_error as exc:
             if not owner.fallback_eager:
                 raise
             # The eager call below raises the script's own error if it was one.
             entry.failed = f"{type(exc).__name__}: {exc}"[:REASON_CHARS]
             if saved is not None:
-                restore(module, torch, saved)
+                put_back(torch, module, saved)
+            out = _FAILED
         finally:
             owner.depth = max(0, owner.depth - 1)
             owner.running = None
-        return module._call_impl(*args, **kwargs)
+        if out is _FAILED:
+            return module._call_impl(*args, **kwargs)
+        if owner.verify and torch_compat.unique_graphs() != graphs:
+            return _new_graph(owner, module, compiled, entry, (args, kwargs), saved, out)
+        return out
 
     return call
+
+
+def _new_signature(entry: CompiledModule, signature: tuple[Any, ...]) -> bool:
+    """Whether no call before looked like this one (up to :data:`MAX_SIGNATURES` kept)."""
+    if len(entry.signatures) >= MAX_SIGNATURES or signature in entry.signatures:
+        return False
+    entry.signatures.add(signature)
+    return True
 
 
 def _look_for_compiled_code(entry: CompiledModule, out: Any) -> None:
@@ -99,6 +117,36 @@ def _look_for_compiled_code(entry: CompiledModule, out: Any) -> None:
         entry.graphs_seen = (entry.graphs_seen or 0) + int(found)
 
 
+def _new_graph(
+    owner: AutoCompile,
+    module: Any,
+    compiled: Callable[..., Any],
+    entry: CompiledModule,
+    call: tuple[tuple[Any, ...], dict[str, Any]],
+    saved: tuple[list[Any], list[Any]] | None,
+    out: Any,
+) -> Any:
+    """The call compiled a new graph after the module's first check: a new check begins.
+
+    With the state from before the call (a call unlike any before), this call is the
+    first checked one and the script gets eager's output; without it (a graph no change
+    of the call's inputs or modes explains) the check begins at the next call. In a job
+    of several ranks the new graph runs unchecked: one rank checking alone would run the
+    module's collectives (DDP's buffer broadcast, FSDP's all-gathers) twice on that rank
+    only.
+    """
+    if owner.ranks > 1:
+        entry.unchecked_graphs += 1
+        return out
+    entry.rechecks += 1
+    entry.checking, entry.verified = True, None
+    entry.check_started = owner.steps
+    if saved is None:
+        return out
+    args, kwargs = call
+    return _checked(owner, module, compiled, entry, args, kwargs, ran=(saved, out))
+
+
 def _checked(
     owner: AutoCompile,
     module: Any,
@@ -106,26 +154,31 @@ def _checked(
     entry: CompiledModule,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    ran: tuple[tuple[list[Any], list[Any]], Any] | None = None,
 ) -> Any:
     """One call verified against eager; the script gets eager's output.
 
-    Before the first: a forward that would unroll a long loop is not compiled at all
-    (:mod:`.unrolled`). After a call that failed its check, the round's other calls run
-    eager only: the module stays eager whatever they find.
+    Before the module's first: a forward that would unroll a long loop is not compiled at
+    all (:mod:`.unrolled`). After a call that failed its check, the round's other calls
+    run eager only: the module stays eager whatever they find. ``ran``: the compiled
+    forward already ran (:func:`.verify.verify_call`).
     """
     verdict = Verdict()
     first = not entry.verdicts
-    if first:
+    if first and entry.check_started is None:
         entry.check_started = owner.steps
+    census = first and entry.verified_calls == 0
     failed = any(v.problem for v in entry.verdicts)
     entry.verdicts.append(verdict)
     started = time.perf_counter()
     owner.depth += 1
     owner.running = entry
     try:
-        if first:
+        if census:
             verdict.problem = unrolled_loop(owner.torch, module, args, kwargs)
         if failed or verdict.problem:
+            if ran is not None:
+                put_back(owner.torch, module, ran[0])
             return module._call_impl(*args, **kwargs)
         return verify_call(
             owner.torch,
@@ -136,6 +189,7 @@ def _checked(
             verdict=verdict,
             compare_random=owner.compare_random,
             catch=owner.fallback_eager,
+            ran=ran,
         )
     finally:
         owner.depth = max(0, owner.depth - 1)

@@ -1,4 +1,4 @@
-"""One module the zero-code path compiled: what it is, how its calls ran, and undoing a call.
+"""One module the zero-code path compiled: what it is and how its calls ran.
 
 Standard library only at import.
 """
@@ -13,15 +13,14 @@ from typing import Any
 
 from trcomp.runtime.regions import RegionalCall
 from trcomp_container.inprocess.aot import AotCall
-from trcomp_container.inprocess.verify import Verdict
+from trcomp_container.inprocess.verify import Verdict, autocast_dtype
 
 __all__ = [
     "CODE_NAME",
     "REASON_CHARS",
     "CompiledModule",
     "LimitLog",
-    "restore",
-    "snapshot",
+    "call_signature",
     "trained",
     "went_through_compiled",
 ]
@@ -33,6 +32,8 @@ _LIMIT_LOG = re.compile(
     r"hit config\.(\w+) \((\d+)\).*?function: '([^']+)' \(([^)]*)\).*?last reason: (.*?)\n",
     re.S,
 )
+MAX_SIGNATURES = 256
+"""Call signatures kept per module; calls after that are not looked at for new graphs."""
 LIMIT_LOGGER = "torch._dynamo.convert_frame"
 """The logger whose "hit config.recompile_limit" warnings name the frame that hit it."""
 
@@ -73,6 +74,12 @@ class CompiledModule:
     verify_s: float = 0.0
     verified: bool | None = None
     """True: compiled matched eager; False: it did not (``failed`` says how); None: not yet."""
+    signatures: set[tuple[Any, ...]] = field(default_factory=set, repr=False)
+    """What its calls looked like to dynamo (:func:`call_signature`), for new graphs."""
+    rechecks: int = 0
+    """New graphs checked after its first check (a new input shape, mode or grad mode)."""
+    unchecked_graphs: int = 0
+    """New graphs after its first check that ran unchecked (a job of several ranks)."""
 
     @property
     def ran_aot(self) -> bool:
@@ -111,6 +118,8 @@ class CompiledModule:
             "verified": self.verified,
             "verified_calls": self.verified_calls,
             "verify_s": round(self.verify_s, 4),
+            "rechecks": self.rechecks,
+            "unchecked_graphs": self.unchecked_graphs,
             "aot": self.aot.state.as_dict()
             if self.aot is not None
             else (None if self.aot_off is None else {"path": "off", "reason": self.aot_off}),
@@ -171,22 +180,26 @@ def trained(module: Any) -> tuple[bool, ...]:
     return tuple(param.requires_grad for param in module.parameters())
 
 
-def snapshot(module: Any, torch: Any) -> tuple[list[Any], Any]:
-    """The module's buffers and the CPU random state, so a failed compile can be undone.
+def call_signature(torch: Any, module: Any, args: Any, kwargs: Any) -> tuple[Any, ...]:
+    """Roughly what dynamo's guards look at in a call: the module's mode, grad mode,
+    autocast, and each argument's shape, dtype, device and requires_grad (the value of a
+    plain constant). A call unlike any before may compile a new graph."""
+    return (
+        module.training,
+        torch.is_grad_enabled(),
+        autocast_dtype(torch),
+        _describe(args),
+        _describe(kwargs),
+    )
 
-    A compile that fails after a graph break may already have run the forward's
-    first part (BatchNorm's running statistics updated); the eager re-run must
-    start from the same state.
-    """
-    with torch.no_grad():
-        buffers = [buffer.detach().clone() for buffer in module.buffers()]
-    return buffers, torch.random.get_rng_state()
 
-
-def restore(module: Any, torch: Any, saved: tuple[list[Any], Any]) -> None:
-    """Put back what :func:`snapshot` took."""
-    buffers, rng = saved
-    with torch.no_grad():
-        for buffer, value in zip(module.buffers(), buffers, strict=False):
-            buffer.copy_(value)
-    torch.random.set_rng_state(rng)
+def _describe(value: Any, depth: int = 0) -> Any:
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return (tuple(value.shape), value.dtype, value.device, value.requires_grad)
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if depth < 4 and isinstance(value, (list, tuple)):
+        return tuple(_describe(item, depth + 1) for item in value)
+    if depth < 4 and isinstance(value, dict):
+        return tuple((key, _describe(item, depth + 1)) for key, item in value.items())
+    return type(value).__name__

@@ -220,6 +220,10 @@ class ModuleReport(_Flat):
     """Calls run both ways for the check."""
     verify_s: float = 0.0
     """Seconds those calls took (the module's first compile included)."""
+    rechecks: int = 0
+    """New graphs checked after its first check (a new input shape, mode or grad mode)."""
+    unchecked_graphs: int = 0
+    """New graphs after its first check that ran unchecked (a job of several ranks)."""
     aot: ModuleAot | None = None
 
     @classmethod

@@ -42,6 +42,7 @@ __all__ = [
     "TOLERANCES",
     "Verdict",
     "agree_verdicts",
+    "autocast_dtype",
     "put_back",
     "state_of",
     "tensors",
@@ -73,6 +74,7 @@ def verify_call(
     verdict: Verdict,
     compare_random: bool = True,
     catch: bool = True,
+    ran: tuple[tuple[list[Any], list[Any]], Any] | None = None,
 ) -> Any:
     """Run ``module``'s call both ways; return eager's output and fill in ``verdict``.
 
@@ -80,12 +82,14 @@ def verify_call(
     only for running, since its values cannot match.
     ``catch``: an error of the compiled side is a verdict (``fallback="eager"``); False
     lets it fail the job (``fallback="fail"``).
+    ``ran``: the compiled side's forward already ran: (:func:`state_of` before it, its
+    output); its backward and the eager side run here.
     """
     params = [param for param in module.parameters() if param.requires_grad]
-    before = state_of(torch, module)
+    before = state_of(torch, module) if ran is None else ran[0]
     compiled_side: tuple[list[Any], list[Any] | None, list[Any], Any] | None = None
     try:
-        out = compiled(*args, **kwargs)
+        out = compiled(*args, **kwargs) if ran is None else ran[1]
         flat = list(tensors(out))
         grads = _vjp(torch, flat, params, retain=False)
         compiled_side = (
@@ -106,7 +110,7 @@ def verify_call(
     if compiled_side is None:
         return out
     outputs_c, grads_c, buffers_c, rng_c = compiled_side
-    precision = _autocast_dtype(torch)
+    precision = autocast_dtype(torch)
     drew = not all(bool(torch.equal(a, b)) for a, b in zip(before[1], _rng(torch), strict=True))
     if drew and not compare_random:
         return out  # its own random numbers (fast_random): only that it ran can be checked
@@ -224,7 +228,7 @@ def _differs(
     )
 
 
-def _autocast_dtype(torch: Any) -> str | None:
+def autocast_dtype(torch: Any) -> str | None:
     """The dtype autocast runs the call in (CPU or CUDA), or None without autocast."""
     for device in ("cuda", "cpu"):
         try:

@@ -59,6 +59,8 @@ MODULE = {
     "verified": True,
     "verified_calls": 1,
     "verify_s": 0.5,
+    "rechecks": 1,
+    "unchecked_graphs": 0,
     "aot": AOT_SAVED,
 }
 AUTOCOMPILE = {

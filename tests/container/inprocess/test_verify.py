@@ -19,6 +19,8 @@ nn = torch.nn
 
 
 _MADE: list[autocompile.AutoCompile] = []
+_TRAINED: list = []
+"""The model :func:`train` trained last."""
 
 
 @pytest.fixture(autouse=True)
@@ -47,6 +49,7 @@ def train(make, steps: int = 5, policy=None, penalty: bool = False) -> list[floa
     """Per-step losses of a plain loop; ``policy`` gets the step events a session sends."""
     torch.manual_seed(0)
     model = make()
+    _TRAINED[:] = [model]
     batches = [torch.randn(6, 4) for _ in range(steps)]
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
@@ -138,6 +141,71 @@ def test_double_backward_through_the_module_keeps_it_eager():
     (entry,) = policy.compiled
     assert entry.verified is False and "create_graph=True" in entry.failed
     assert losses == pytest.approx(eager, abs=1e-6)
+
+
+def train_then_resize(make, policy=None) -> list[float]:
+    """Five steps on batches of 6, then three on batches of 3: dynamo compiles a new graph."""
+    first = train(make, steps=5, policy=policy)
+    model = _TRAINED.pop()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.manual_seed(1)
+    later = []
+    for x in [torch.randn(3, 4) for _ in range(3)]:
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if policy is not None:
+            policy.on_step()
+        later.append(float(loss))
+    _TRAINED.append(model)
+    return first + later
+
+
+def wrong_after_the_first_graph():
+    """A dynamo backend whose second graph scales its outputs by 1.5 (a compiler bug)."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        if len(graphs) == 1:
+            return gm.forward
+
+        def wrong(*args):
+            out = gm(*args)
+            return type(out)(o * 1.5 if o.is_floating_point() else o for o in out)
+
+        return wrong
+
+    return backend
+
+
+def test_a_wrong_graph_compiled_after_the_check_is_caught():
+    eager = train_then_resize(Net)
+    policy = hooks(compile_kwargs={"backend": wrong_after_the_first_graph()})
+    losses = train_then_resize(Net, policy=policy)
+    (entry,) = policy.compiled
+    assert entry.rechecks == 1 and entry.verified is False, entry.as_dict()
+    assert "output 0 differs" in entry.failed, entry.failed
+    assert not entry.ran_compiled
+    assert losses == pytest.approx(eager, abs=1e-6)
+
+
+def test_a_correct_new_graph_is_checked_and_runs_compiled():
+    eager = train_then_resize(Net)
+    model = _TRAINED.pop()
+    policy = hooks()
+    losses = train_then_resize(Net, policy=policy)
+    (entry,) = policy.compiled
+    assert entry.rechecks == 1 and entry.verified is True and entry.ran_compiled
+    assert losses == pytest.approx(eager, abs=1e-5)
+    # An evaluation afterwards (eval mode, no gradients) is a new graph too.
+    x = torch.randn(5, 4)
+    with torch.no_grad():
+        expected = model.eval()(x)
+        out = _TRAINED.pop().eval()(x)
+    assert entry.rechecks == 2 and entry.verified is None and entry.checking
+    assert torch.allclose(out, expected, atol=1e-5)
 
 
 class Unrolled(Net):
