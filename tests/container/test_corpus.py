@@ -120,6 +120,19 @@ MUST_SAY = {
 }
 # Scripts that train several models: each must be compiled (and run compiled at the end).
 MUST_COMPILE = {"gan.py": 2}
+# More that a script's record must show.
+MUST_HOLD = {
+    # The evaluation graph (eval mode, no gradients) is compiled after training's and checked.
+    "evaluation.py": lambda record: (
+        record["compile"]["graphs"] >= 2 and record["autocompile"]["modules"][0]["rechecks"] >= 1
+    ),
+    # Trainer's own compile, turned on by trcomp: every step counted, no recompile.
+    "hf_trainer_tiny.py": lambda record: (
+        record["autocompile"]["script_compiled"] == ["GPT2LMHeadModel"]
+        and record["compile"]["recompiles"] == 0
+        and record["steps"] == 20
+    ),
+}
 RUN_TIMEOUT_S = 600
 TWO_RANKS = "# corpus: 2 ranks"
 """In a script's docstring: it runs under torchrun, two gloo ranks (rank 0 writes the report)."""
@@ -335,6 +348,8 @@ def untruths(script: str, report: dict[str, Any], record: dict[str, Any]) -> lis
     compiled = [m for m in record["autocompile"]["modules"] if m.get("ran_compiled")]
     if len(compiled) < MUST_COMPILE.get(script, 0):
         problems.append(f"{len(compiled)} modules ran compiled, not {MUST_COMPILE[script]}")
+    if script in MUST_HOLD and not MUST_HOLD[script](record):
+        problems.append("the record does not show what MUST_HOLD expects")
     if script in MUST_SAY and not MUST_SAY[script](record["autocompile"]):
         problems.append(f"the record does not say why it stayed eager ({MAY_STAY_EAGER[script]})")
     if script not in MAY_STAY_EAGER:

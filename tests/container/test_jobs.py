@@ -178,20 +178,6 @@ def test_torchrun_two_processes_with_inductor_and_debug(tmp_path):
     assert any((compiler / "trace").iterdir())  # structured trace, for tlparse
 
 
-def test_unmodified_hf_trainer_is_compiled_by_inductor(tmp_path):
-    run = jobs.run_job(
-        tmp_path,
-        config=TrainingCompilerConfig(backend="inductor"),
-        entry_point="hf_trainer.py",
-        hyperparameters={"max-steps": 4},
-    )
-    assert run.returncode == 0, run.output
-    assert run.model_json("result.json")["compiled"] == "OptimizedModule"
-    assert run.summary["metrics"]["graphs_compiled"] >= 1
-    assert run.summary["metrics"]["recompiles"] == 0
-    assert run.summary["ranks"][0]["steps"] == 4
-
-
 @needs_torch_xla
 def test_unmodified_hf_trainer_under_xla_fails_with_the_one_line_fix(tmp_path):
     # The Trainer's default optimizer is fused AdamW, which cannot step XLA tensors.

@@ -32,6 +32,7 @@ for tensors that are nearly zero.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -240,7 +241,7 @@ def autocast_dtype(torch: Any) -> str | None:
 
 
 def tensors(value: Any, depth: int = 0) -> Iterator[Any]:
-    """The tensors in an output: a tensor, or lists, tuples and dicts of them."""
+    """The tensors in an output: a tensor, or lists, tuples, dicts and dataclasses of them."""
     if hasattr(value, "detach") and hasattr(value, "shape"):
         yield value
     elif depth < 6 and isinstance(value, (list, tuple)):
@@ -249,6 +250,9 @@ def tensors(value: Any, depth: int = 0) -> Iterator[Any]:
     elif depth < 6 and isinstance(value, dict):
         for item in value.values():
             yield from tensors(item, depth + 1)
+    elif depth < 6 and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for item in dataclasses.fields(value):
+            yield from tensors(getattr(value, item.name, None), depth + 1)
 
 
 def _vjp(torch: Any, outputs: list[Any], params: list[Any], *, retain: bool) -> list[Any] | None:

@@ -9,6 +9,8 @@ eager's result.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from trcomp_container.inprocess import autocompile, torch_compat
@@ -162,13 +164,14 @@ def train_then_resize(make, policy=None) -> list[float]:
     return first + later
 
 
-def wrong_after_the_first_graph():
-    """A dynamo backend whose second graph scales its outputs by 1.5 (a compiler bug)."""
+def wrong_from_graph(first_wrong: int):
+    """A dynamo backend whose graphs from the ``first_wrong``-th on scale their outputs by
+    1.5 (a compiler bug)."""
     graphs = []
 
     def backend(gm, example_inputs):
         graphs.append(gm)
-        if len(graphs) == 1:
+        if len(graphs) < first_wrong:
             return gm.forward
 
         def wrong(*args):
@@ -182,7 +185,7 @@ def wrong_after_the_first_graph():
 
 def test_a_wrong_graph_compiled_after_the_check_is_caught():
     eager = train_then_resize(Net)
-    policy = hooks(compile_kwargs={"backend": wrong_after_the_first_graph()})
+    policy = hooks(compile_kwargs={"backend": wrong_from_graph(2)})
     losses = train_then_resize(Net, policy=policy)
     (entry,) = policy.compiled
     assert entry.rechecks == 1 and entry.verified is False, entry.as_dict()
@@ -206,6 +209,48 @@ def test_a_correct_new_graph_is_checked_and_runs_compiled():
         out = _TRAINED.pop().eval()(x)
     assert entry.rechecks == 2 and entry.verified is None and entry.checking
     assert torch.allclose(out, expected, atol=1e-5)
+
+
+@dataclasses.dataclass
+class Output:
+    """What HF-style models return: a dataclass (here holding a dict)."""
+
+    extras: dict
+
+
+class Structured(Net):
+    def forward(self, x):
+        return Output({"y": super().forward(x)})
+
+
+def test_a_wrong_output_inside_a_dataclass_is_caught():
+    def make():
+        return Structured()
+
+    def run(policy=None):
+        torch.manual_seed(0)
+        model = make()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        losses = []
+        for x in [torch.randn(6, 4) for _ in range(4)]:
+            loss = model(x).extras["y"].pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if policy is not None:
+                policy.on_step()
+            losses.append(float(loss))
+        return losses
+
+    eager = run()
+    policy = hooks(compile_kwargs={"backend": wrong_from_graph(1)})
+    try:
+        losses = run(policy)
+    finally:
+        policy.end_search()
+    (entry,) = policy.compiled
+    assert entry.verified is False and "output 0 differs" in entry.failed, entry.failed
+    assert losses == pytest.approx(eager, abs=1e-6)
 
 
 class Unrolled(Net):

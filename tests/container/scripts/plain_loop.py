@@ -6,7 +6,6 @@ every step's loss to <model_dir>/losses.json. ``--case`` picks the variant the
 zero-code compile must handle:
 
 - ``plain``: one transformer model, AdamW, the loss computed outside forward;
-- ``eval``: an evaluation under ``torch.no_grad()`` in eval mode every 5 steps;
 - ``teacher``: a frozen teacher in eval mode distilled into the student;
 - ``untraceable``: a forward that dynamo cannot compile.
 
@@ -73,7 +72,7 @@ def main() -> None:
     model: nn.Module = Untraceable() if args.case == "untraceable" else TinyLM(layers=args.layers)
     teacher = TinyLM().eval().requires_grad_(False) if args.case == "teacher" else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for step, (x, y) in enumerate(batches(args.steps)):
+    for x, y in batches(args.steps):
         logits = model(x)
         loss = loss_fn(logits.reshape(-1, 32), y.reshape(-1))
         if teacher is not None:
@@ -86,11 +85,6 @@ def main() -> None:
         loss.backward()
         optimizer.step()
         losses.append(float(loss.detach()))
-        if args.case == "eval" and step % 5 == 4:
-            model.eval()
-            with torch.no_grad():
-                model(x)
-            model.train()
     out = Path(args.model_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "losses.json").write_text(json.dumps(losses))

@@ -1,4 +1,5 @@
-"""Pattern: evaluation between training steps (model.eval() + no_grad every 5 steps)."""
+"""Pattern: a baseline validation pass before training starts, then evaluation between
+training steps every 5 steps (model.eval() + no_grad each time)."""
 
 import torch
 from corpus_report import Report
@@ -10,6 +11,17 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
 data = [(torch.randn(8, 8), torch.randn(8, 1)) for _ in range(20)]
 held_out = (torch.randn(8, 8), torch.randn(8, 1))
 report = Report()
+
+
+def evaluate() -> torch.Tensor:
+    model.eval()
+    with torch.no_grad():
+        loss = nn.functional.mse_loss(model(held_out[0]), held_out[1])
+    model.train()
+    return loss
+
+
+report.check(baseline=evaluate())
 for step, (x, y) in enumerate(data, 1):
     loss = nn.functional.mse_loss(model(x), y)
     loss.backward()
@@ -17,8 +29,5 @@ for step, (x, y) in enumerate(data, 1):
     optimizer.zero_grad()
     report.step(loss)
     if step % 5 == 0:
-        model.eval()
-        with torch.no_grad():
-            report.check(eval_loss=nn.functional.mse_loss(model(held_out[0]), held_out[1]))
-        model.train()
+        report.check(eval_loss=evaluate())
 report.save()
