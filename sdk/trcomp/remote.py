@@ -143,6 +143,7 @@ def prepare_remote_job(spec: JobSpec, estimator: EstimatorBase) -> JobSpec:
         mode="remote",
         boto_session=session.boto_session,
         environment=spec.environment,
+        hyperparameters=estimator.hyperparameters(),
     )
     uri = default_checkpoint_uri(spec, session)
     if uri is None:

@@ -44,16 +44,19 @@ def check_shared_cache(
     mode: str,
     boto_session: Any = None,
     environment: Mapping[str, Any] | None = None,
+    hyperparameters: Mapping[str, Any] | None = None,
 ) -> None:
     """Refuse a shared cache the job could not use, or must not trust.
 
     ``mode`` is ``"process"``, ``"docker"`` or ``"remote"``; ``boto_session``
     the boto3 session whose credentials the job gets (default: a new one);
-    ``environment`` the job's ``environment=``.
+    ``environment`` the job's ``environment=``, ``hyperparameters`` its
+    ``hyperparameters=``.
     """
     if config is None or not config.enabled or not config.shared_cache:
         return
     location = parse_location(config.shared_cache)
+    _check_secrets_placed(environment or {}, hyperparameters or {})
     if mode == "remote":
         for name, reference in _IN_CLEAR.items():
             if name in (environment or {}):
@@ -97,3 +100,34 @@ def _check_bucket(bucket: str, boto_session: Any, timeout_s: float) -> None:
             f"cannot check who owns the shared_cache bucket {bucket!r}: {exc}. The job needs "
             "credentials that may call sts:GetCallerIdentity and s3:ListBucket on it."
         ) from None
+
+
+def _check_secrets_placed(
+    environment: Mapping[str, Any], hyperparameters: Mapping[str, Any]
+) -> None:
+    """Refuse an empty key, and a shared cache secret given as a hyperparameter.
+
+    An empty ``TRCOMP_SHARED_CACHE_KEY`` would mean no key at all, without a word.
+    Hyperparameters are stored and shown with the job (DescribeTrainingJob, the job's
+    files): a secret there, by its variable's name or by its value, is refused, and the
+    message names the hyperparameter, never the value.
+    """
+    for name in (*_IN_CLEAR, *_IN_CLEAR.values()):
+        if name in environment and not str(environment[name]).strip():
+            raise SharedCacheError(
+                f"environment variable {name!r} is set but empty: an empty key or password "
+                "would mean none. Give it a value (a key: `openssl rand -hex 32`) or remove it."
+            )
+    names = {name.lower() for name in (*_IN_CLEAR, *_IN_CLEAR.values())}
+    # The SDK JSON-encodes hyperparameter values: a secret is looked for inside each one
+    # (one of at least 8 characters: a shorter one would be found in unrelated values).
+    values = [str(environment[n]) for n in _IN_CLEAR if len(str(environment.get(n) or "")) >= 8]
+    for key, value in hyperparameters.items():
+        named = str(key).lower().replace("-", "_") in names
+        if named or any(secret in str(value) for secret in values):
+            raise SharedCacheError(
+                f"hyperparameter {key!r} holds a shared cache secret: hyperparameters are stored "
+                "with the job and shown by DescribeTrainingJob. Remove it and pass the secret "
+                f"in environment= ({KEY_SECRET_ENV} or {REDIS_PASSWORD_SECRET_ENV}: a Secrets "
+                f"Manager ARN; in local modes {KEY_ENV} or {REDIS_PASSWORD_ENV} also work)."
+            )

@@ -154,6 +154,9 @@ def test_the_compatibility_set_names_versions_and_the_gpu_model():
         ("file:///a/../b", "absolute path"),
         ("redis://cache-host", "needs a host and a port"),
         ("redis://:secret@cache-host:6379/x", "database number"),
+        ("redis://cache-host:0", "needs a host and a port"),
+        ("file:///tmp/cache\x00/x", "control or format character U+0000"),
+        ("s3://bucket/team\u202e/cache", "control or format character U+202E"),
     ],
 )
 def test_a_location_that_cannot_work_is_refused_with_what_to_write(uri, says):
@@ -164,10 +167,15 @@ def test_a_location_that_cannot_work_is_refused_with_what_to_write(uri, says):
 
 
 @pytest.mark.parametrize(
-    "uri", ["redis://:hunter2pw@cache-host:6379/0", "rediss://u:hunter2pw@h:1"]
+    "uri",
+    [
+        "redis://:hunter2pw@cache-host:6379/0",
+        "rediss://u:hunter2pw@h:1",
+        "rediss://alice%3Ahunter2pw@cache-host:6379",  # in the user name
+    ],
 )
 def test_a_redis_password_in_the_uri_is_refused_and_never_shown(uri):
-    with pytest.raises(ValueError, match="holds a password") as caught:
+    with pytest.raises(ValueError, match="holds a") as caught:
         parse_location(uri)
     assert "hunter2pw" not in str(caught.value) and "TRCOMP_REDIS_PASSWORD" in str(caught.value)
     location = parse_location("rediss://ci-user@cache-host:6379/2")

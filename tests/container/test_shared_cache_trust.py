@@ -417,5 +417,10 @@ def test_the_key_can_come_from_secrets_manager(moto, tmp_path):
     assert writer.finish(live, succeeded=True)["files_written"] == 1
     assert _open(uri, tmp_path / "b" / "live", KEY).facts["files_read"] == 1  # the same key
     assert _open(uri, tmp_path / "c" / "live", OTHER_KEY).facts["files_read"] == 0
-    with pytest.raises(SharedCacheError, match="cannot read the secret"):
-        _open(uri, tmp_path / "d", environ={"TRCOMP_SHARED_CACHE_KEY_SECRET": "no-such-secret"})
+    # A key pasted where the secret's name goes: refused, and never repeated.
+    pasted = "0123456789abcdef" * 4
+    with pytest.raises(SharedCacheError, match="cannot read the secret") as caught:
+        _open(uri, tmp_path / "d", environ={"TRCOMP_SHARED_CACHE_KEY_SECRET": pasted})
+    assert pasted not in str(caught.value) and "never the secret itself" in str(caught.value)
+    with pytest.raises(SharedCacheError, match="TRCOMP_SHARED_CACHE_KEY is set but empty"):
+        _open(uri, tmp_path / "e", environ={"TRCOMP_SHARED_CACHE_KEY": " "})

@@ -165,6 +165,30 @@ def test_a_remote_jobs_redis_password_never_travels_with_the_job(moto, role, tmp
     assert sent["Environment"]["TRCOMP_REDIS_PASSWORD_SECRET"] == SECRET_ARN
 
 
+def test_a_key_in_hyperparameters_or_an_empty_key_never_reaches_a_job(moto, role, tmp_path):
+    key = "0123456789abcdef" * 4
+    cases = [
+        ({"hyperparameters": {"trcomp-shared-cache-key": key}}, "hyperparameter"),
+        (
+            {
+                "hyperparameters": {"signing": key},
+                "environment": {"TRCOMP_SHARED_CACHE_KEY": key},
+            },
+            "hyperparameter 'signing' holds a shared cache secret",
+        ),
+        ({"environment": {"TRCOMP_SHARED_CACHE_KEY": ""}}, "is set but empty"),
+    ]
+    before = len(moto.json_requests("CreateTrainingJob"))
+    for kwargs, says in cases:
+        for instance_type in ("ml.g5.xlarge", "local_process"):
+            estimator = _estimator(tmp_path, role, OWN, instance_type, **kwargs)
+            with pytest.raises(SharedCacheError, match=says) as caught:
+                # (process mode always waits; it is refused before anything is created)
+                estimator.fit(wait=instance_type == "local_process", job_name="secret-in-hp")
+            assert key not in str(caught.value)
+    assert len(moto.json_requests("CreateTrainingJob")) == before
+
+
 def test_a_remote_job_without_a_signing_key_is_warned(moto, role, tmp_path):
     with pytest.warns(CompilerConfigWarning, match="has no signing key"):
         _estimator(tmp_path, role, OWN, "ml.g5.xlarge")

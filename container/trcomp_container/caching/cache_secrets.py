@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from trcomp.contract.errors import SharedCacheError
-from trcomp.contract.shared_cache import KEY_ENV, KEY_SECRET_ENV
+from trcomp.contract.shared_cache import KEY_ENV, KEY_SECRET_ENV, error_code
 from trcomp_container.caching.stores import aws_config
 
 __all__ = ["MIN_KEY_BYTES", "read_secret", "signing_key"]
@@ -23,7 +23,17 @@ MIN_KEY_BYTES = 16
 def read_secret(
     environ: Mapping[str, str], name: str, secret_name: str, *, timeout_s: float
 ) -> str | None:
-    """The value of ``name`` in ``environ``, else of the secret ``secret_name`` names; None."""
+    """The value of ``name`` in ``environ``, else of the secret ``secret_name`` names; None.
+
+    Set but empty is refused: it would mean no key (or no password) without a word.
+    The secret's reference is never shown (a key pasted there by mistake would be).
+    """
+    for variable in (name, secret_name):
+        if variable in environ and not environ[variable].strip():
+            raise SharedCacheError(
+                f"{variable} is set but empty: an empty value would mean none. Give it a value "
+                "or remove it from the job's environment"
+            )
     value = environ.get(name)
     if value:
         return value
@@ -40,9 +50,12 @@ def read_secret(
     try:
         answer = client.get_secret_value(SecretId=reference)
     except ClientError as exc:  # refused or absent: a setting to fix, not a network blip
+        what = "an ARN" if reference.startswith("arn:") else "a name"
         raise SharedCacheError(
-            f"cannot read the secret {reference!r} named by {secret_name} ({exc}): give the "
-            "job's role secretsmanager:GetSecretValue on it, or fix the name"
+            f"cannot read the secret that {secret_name} names ({what} of {len(reference)} "
+            f"characters; AWS answered {error_code(exc) or type(exc).__name__}): give the job's "
+            "role secretsmanager:GetSecretValue on it, or fix the name (it must be the "
+            "secret's ARN or name, never the secret itself)"
         ) from None
     text = answer.get("SecretString")
     if text is None:

@@ -16,6 +16,7 @@ signed with a key of the team (:data:`KEY_ENV`; docs/remote.md).
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
@@ -96,6 +97,12 @@ def parse_location(uri: str) -> SharedCacheLocation:
         )
     if any(c.isspace() for c in uri):
         raise ValueError(f"shared_cache {_shown(uri)} contains white space: remove it")
+    odd = next((c for c in uri if unicodedata.category(c) in ("Cc", "Cf")), None)
+    if odd is not None:  # a NUL byte, or a bidi control that makes the URI read otherwise
+        raise ValueError(
+            f"shared_cache contains the control or format character U+{ord(odd):04X}: type "
+            "the URI again without it"
+        )
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
     if scheme not in SCHEMES:
         raise ValueError(
@@ -148,7 +155,7 @@ def _redis(uri: str, parts: Any) -> SharedCacheLocation:
         port = parts.port
     except ValueError:
         port = None
-    if not parts.hostname or port is None:
+    if not parts.hostname or not port:  # port 0 is no port
         raise ValueError(
             f"shared_cache {_shown(_without_password(uri, parts))} needs a host and a port: "
             "write rediss://host:6379 (TLS) or redis://host:6379"
@@ -165,6 +172,12 @@ def _redis(uri: str, parts: Any) -> SharedCacheLocation:
             f"may read the job. Drop it from the URI and give the job {REDIS_PASSWORD_SECRET_ENV}"
             f" (a Secrets Manager secret) or, in local modes, {REDIS_PASSWORD_ENV} "
             "(docs/remote.md)"
+        )
+    if ":" in unquote(parts.username or ""):
+        raise ValueError(
+            "shared_cache holds a ':' in its Redis user name (%3A), where a password would "
+            f"follow: drop it from the URI and give the job {REDIS_PASSWORD_SECRET_ENV} (a "
+            f"Secrets Manager secret) or, in local modes, {REDIS_PASSWORD_ENV} (docs/remote.md)"
         )
     return SharedCacheLocation(
         uri=uri,

@@ -311,7 +311,12 @@ def docker_job(
         return new_job_name(estimator)
 
     checks = check_local_job(spec, inputs, job_name, local_only=False, new_name=new_name)
-    check_shared_cache(spec.compiler_config, mode="docker")
+    check_shared_cache(
+        spec.compiler_config,
+        mode="docker",
+        environment=spec.environment,
+        hyperparameters=estimator.hyperparameters(),
+    )
     image_uri = estimator.training_image_uri()
     # Refuses an S3 checkpoint URI, which local mode cannot sync, before the engine checks.
     with checkpoint_mount(spec) as checkpoints:

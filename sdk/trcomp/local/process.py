@@ -225,7 +225,12 @@ def plan_process_job(
         raise LocalModeError(
             f"entry point {str(script)!r} does not exist: check entry_point= and source_dir="
         )
-    check_shared_cache(spec.compiler_config, mode="process")
+    check_shared_cache(
+        spec.compiler_config,
+        mode="process",
+        environment=spec.environment,
+        hyperparameters=estimator.hyperparameters(),
+    )
     # Nothing was created before this line.
     output_root = checks.output_root or Path(tempfile.gettempdir()) / "trcomp-jobs"
     name, job_dir = claim_job_dir(

@@ -235,7 +235,12 @@ class ModelTrainer(TrainingRequestHook, _V3ModelTrainer):  # type: ignore[misc]
         )
         hyperparameters = self.trcomp_hyperparameters()
         if self._is_local():
-            check_shared_cache(self.compiler_config, mode="docker")
+            check_shared_cache(
+                self.compiler_config,
+                mode="docker",
+                environment=self.environment,
+                hyperparameters=hyperparameters,
+            )
         else:
             # v3 sets sagemaker_session for SageMaker jobs when the trainer is built.
             session = self.sagemaker_session
@@ -245,6 +250,7 @@ class ModelTrainer(TrainingRequestHook, _V3ModelTrainer):  # type: ignore[misc]
                 mode="remote",
                 boto_session=session.boto_session,
                 environment=self.environment,
+                hyperparameters=hyperparameters,
             )
         with _code_channel(source, local=self._is_local()) as code:
             channels.append(code)
