@@ -30,7 +30,7 @@ from trcomp.contract import shared_trust
 from trcomp.contract.errors import SharedCacheError
 from trcomp_container.caching.compat import compat_set
 from trcomp_container.caching.entry import entry_name
-from trcomp_container.caching.shared import open_shared_cache
+from trcomp_container.caching.shared import NAMED_SKIPS, open_shared_cache
 
 KEY = "team-a-key-0123456789abcdef"
 OTHER_KEY = "team-b-key-0123456789abcdef"
@@ -219,6 +219,28 @@ def test_the_read_limit_counts_unpacked_bytes(tmp_path):
     roomy = {"TRCOMP_SHARED_CACHE_MAX_READ_BYTES": str(16 << 20)}
     cache = _open(f"file://{tmp_path / 'shared'}", tmp_path / "s" / "live", environ=roomy)
     assert cache.facts["bytes_read"] == 8 << 20  # unpacked bytes, not the archive's
+
+
+def test_a_huge_newest_entry_and_junk_names_crowd_out_no_good_entry(tmp_path):
+    """A keyed job reads the good entry whatever is listed before it: a signed entry dated
+    in 2100 and listed at 64 MiB, over the read limit, and 30 unsigned names; the warnings
+    name the first few skipped and count the rest."""
+    store = tmp_path / "shared" / COMPAT.key
+    _plant(store, [("inductor/good", b"compiled")], key=KEY)
+    year_2100 = 4102444800
+    huge = store / entry_name("f" * 64, COMPAT.key, KEY.encode(), when=year_2100)
+    with huge.open("wb") as handle:
+        handle.truncate(64 << 20)  # sparse: listed at 64 MiB
+    for index in range(30):
+        junk = entry_name(f"{index:064x}", COMPAT.key, None, when=year_2100 - 1 - index)
+        (store / junk).write_bytes(b"junk")
+    limit = {"TRCOMP_SHARED_CACHE_MAX_READ_BYTES": str(1 << 20)}
+    cache = _open(f"file://{tmp_path / 'shared'}", tmp_path / "r" / "live", KEY, environ=limit)
+    assert cache.facts["entries_read"] == 1 and cache.facts["files_read"] == 1
+    assert cache.facts["entries_skipped"] == 31 and cache.facts["bytes_read"] == len(b"compiled")
+    assert "more than what is left of the read limit" in cache.warnings[0]
+    assert len(cache.warnings) == NAMED_SKIPS + 1
+    assert cache.warnings[-1].startswith(f"{31 - NAMED_SKIPS} more shared compile cache entries")
 
 
 def test_an_entry_naming_a_file_twice_moves_nothing(tmp_path):

@@ -36,6 +36,7 @@ from trcomp_container.caching.cache_secrets import signing_key
 from trcomp_container.caching.compat import CompatSet
 from trcomp_container.caching.entry import (
     SUFFIX,
+    EntryError,
     check_name,
     files_of,
     move_staged,
@@ -49,6 +50,7 @@ from trcomp_container.caching.stores import Store, open_store
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "MAX_READ_BYTES_ENV",
+    "NAMED_SKIPS",
     "SharedCache",
     "open_shared_cache",
     "read_limit",
@@ -56,6 +58,8 @@ __all__ = [
 
 DEFAULT_TIMEOUT_S = 5.0
 _DEFAULT_MAX_READ_BYTES = 4 << 30
+NAMED_SKIPS = 5
+"""Skipped entries named in a warning each; the rest are counted in one."""
 
 
 @dataclass
@@ -172,15 +176,20 @@ def _read_all(cache: SharedCache, store: Store, live: Path, limit: int, budget: 
     with budget.commit():
         facts["entries_found"] = len(names)
         live.mkdir(parents=True, exist_ok=True)
+    skipped: list[str] = []
     for name, size in names:
         if not name.endswith(SUFFIX):
             continue
-        if facts["bytes_read"] + size > limit:
-            with budget.commit():
-                facts["read_limit_reached"] = True
-            break
         try:
             digest = check_name(name, cache.compat.key, cache.key)  # before any download
+            if facts["bytes_read"] + size > limit:
+                # Skipped, not the end: one huge entry must not crowd out the others.
+                with budget.commit():
+                    facts["read_limit_reached"] = True
+                raise EntryError(
+                    f"its {size} bytes are more than what is left of the read limit "
+                    f"({limit - facts['bytes_read']} of {limit} bytes, {MAX_READ_BYTES_ENV})"
+                )
             with tempfile.TemporaryDirectory(prefix="trcomp-entry-") as tmp:
                 archive = Path(tmp) / "entry.tar.gz"
                 store.get(name, archive)
@@ -204,10 +213,18 @@ def _read_all(cache: SharedCache, store: Store, live: Path, limit: int, budget: 
         except Exception as exc:
             with budget.commit():
                 facts["entries_skipped"] += 1
-                cache._warn(
-                    f"shared compile cache entry {store.where.rstrip('/')}/{name} was skipped: "
-                    f"{exc}. What it held is compiled again."
-                )
+                skipped.append(name)
+                if len(skipped) <= NAMED_SKIPS:
+                    cache._warn(
+                        f"shared compile cache entry {store.where.rstrip('/')}/{name} was "
+                        f"skipped: {exc}. What it held is compiled again."
+                    )
+    if len(skipped) > NAMED_SKIPS:
+        with budget.commit():
+            cache._warn(
+                f"{len(skipped) - NAMED_SKIPS} more shared compile cache entries at "
+                f"{store.where} were skipped (the first {NAMED_SKIPS} are named above)"
+            )
 
 
 def _apply_redis(cache: SharedCache, found: RedisFound) -> None:
