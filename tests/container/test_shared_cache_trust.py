@@ -243,6 +243,19 @@ def test_a_huge_newest_entry_and_junk_names_crowd_out_no_good_entry(tmp_path):
     assert cache.warnings[-1].startswith(f"{31 - NAMED_SKIPS} more shared compile cache entries")
 
 
+def test_a_location_made_under_umask_002_is_not_group_writable(tmp_path):
+    uri = f"file://{tmp_path / 'team' / 'cache'}"  # neither directory exists yet
+    previous = os.umask(0o002)
+    try:
+        live = _live_with(tmp_path / "a", {"inductor/g": b"graph"})
+        assert _open(uri, live, KEY).finish(live, succeeded=True)["files_written"] == 1
+    finally:
+        os.umask(previous)
+    for made in (tmp_path / "team", tmp_path / "team" / "cache"):
+        assert made.stat().st_mode & 0o777 == 0o755, oct(made.stat().st_mode)
+    assert _open(uri, tmp_path / "b" / "live", KEY).facts["files_read"] == 1  # not refused
+
+
 def test_an_entry_naming_a_file_twice_moves_nothing(tmp_path):
     store = tmp_path / "shared" / COMPAT.key
     _plant(store, [("inductor/a", b"1"), ("inductor/b", b"2"), ("inductor/./a", b"1")])

@@ -90,7 +90,7 @@ class DirectoryStore:
         shutil.copyfile(self.root / name, dest)
 
     def put(self, name: str, source: Path) -> None:
-        self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
+        _make_dirs(self.root)
         check_directory(self.root, where="in the job")
         partial = self.root / f"{_PARTIAL}{uuid.uuid4().hex}"
         try:
@@ -99,6 +99,21 @@ class DirectoryStore:
             os.replace(partial, self.root / name)
         finally:
             partial.unlink(missing_ok=True)
+
+
+def _make_dirs(path: Path, mode: int = 0o755) -> None:
+    """Create ``path`` and its missing parents with ``mode`` whatever the umask: a group-
+    writable location (umask 002) would be refused by every later job's check."""
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=mode)
+        except FileExistsError:  # another job made it meanwhile: its mode is checked after
+            continue
+        directory.chmod(mode)  # mkdir's mode is masked by the umask; chmod's is not
 
 
 class S3Store:
