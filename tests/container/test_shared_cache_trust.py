@@ -256,6 +256,15 @@ def test_a_location_made_under_umask_002_is_not_group_writable(tmp_path):
     assert _open(uri, tmp_path / "b" / "live", KEY).facts["files_read"] == 1  # not refused
 
 
+def test_an_entry_that_conflicts_with_the_live_cache_moves_nothing(tmp_path):
+    store = tmp_path / "shared" / COMPAT.key
+    _plant(store, [("inductor/a", b"1"), ("inductor/b/c", b"2")])
+    live = _live_with(tmp_path / "r", {"inductor/b": b"a file where the entry has a folder"})
+    cache = _open(f"file://{tmp_path / 'shared'}", live)
+    assert sorted(str(p.relative_to(live)) for p in _files(live)) == ["inductor/b"]
+    assert cache.facts["entries_skipped"] == 1 and "nothing was moved" in cache.warnings[0]
+
+
 def test_an_entry_naming_a_file_twice_moves_nothing(tmp_path):
     store = tmp_path / "shared" / COMPAT.key
     _plant(store, [("inductor/a", b"1"), ("inductor/b", b"2"), ("inductor/./a", b"1")])

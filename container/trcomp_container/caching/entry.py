@@ -212,7 +212,20 @@ def _too_big(size: int, limit: int) -> EntryError:
 
 
 def move_staged(staged: Staged, live: Path) -> None:
-    """Move what :func:`stage_entry` unpacked into ``live`` (local renames)."""
+    """Move what :func:`stage_entry` unpacked into ``live`` (local renames), all or nothing:
+    a file where the entry needs a directory, or a directory where it has a file, refuses
+    the entry before anything is moved."""
+    for relative in staged.files:
+        target = live / relative
+        if target.is_dir() and not target.is_symlink():
+            raise EntryError(f"{relative} is a directory in the live cache: nothing was moved")
+        for parent in Path(relative).parents:
+            there = live / parent
+            if str(parent) != "." and there.exists() and not there.is_dir():
+                raise EntryError(
+                    f"{parent} is a file in the live cache, where the entry has a directory "
+                    "of files: nothing was moved"
+                )
     for relative in staged.files:
         target = live / relative
         target.parent.mkdir(parents=True, exist_ok=True)
