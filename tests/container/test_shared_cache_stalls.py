@@ -93,7 +93,7 @@ def test_a_directory_store_that_blocks_makes_the_job_start_cold(tmp_path, fifo, 
     assert cache.facts["entries_read"] == 0 and cache.warm is False
     assert not [p for p in reader.rglob("*") if p.is_file()]
 
-    def blocked_put(self: DirectoryStore, name: str, source: Path) -> None:
+    def blocked_put(self: DirectoryStore, name: str, source: Path, commit) -> None:
         with fifo.open("rb"):
             pass
 
@@ -103,6 +103,38 @@ def test_a_directory_store_that_blocks_makes_the_job_start_cold(tmp_path, fifo, 
     facts = cache.finish(reader, succeeded=True)
     assert facts["write_budget_hit"] is True and facts["files_written"] == 0
     assert threading.active_count() >= 2  # the abandoned reads are still blocked, not waited on
+
+
+@pytest.mark.timeout(HANG_S)
+def test_a_write_past_its_budget_never_appears(tmp_path, fifo, monkeypatch):
+    """The budget stops the wait and the write: the copy blocked past it, then went on,
+    and no entry (nor its partial file) is left in the store."""
+    from trcomp_container.caching import stores
+
+    uri = f"file://{tmp_path / 'shared'}"
+    live = tmp_path / "a" / "live"
+    (live / "inductor").mkdir(parents=True)
+    (live / "inductor" / "g").write_bytes(b"graph")
+    writer = _open(uri, live)
+    copy = stores.shutil.copyfile
+    copies: list[str] = []
+
+    def stalled_copy(source, target):
+        with fifo.open("rb"):  # blocks until the test releases it, past the budget
+            pass
+        copies.append(str(target))
+        return copy(source, target)
+
+    monkeypatch.setattr(stores.shutil, "copyfile", stalled_copy)
+    facts = writer.finish(live, succeeded=True)
+    assert facts["write_budget_hit"] is True and facts["files_written"] == 0
+    os.close(os.open(fifo, os.O_WRONLY))  # the stalled copy goes on now
+    store = tmp_path / "shared" / COMPAT.key
+    for _ in range(100):  # until the abandoned write has ended
+        if copies and not list(store.iterdir()):
+            break
+        time.sleep(0.05)
+    assert copies and list(store.iterdir()) == []
 
 
 @pytest.mark.timeout(HANG_S)

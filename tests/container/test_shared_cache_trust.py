@@ -13,6 +13,7 @@ import io
 import json
 import os
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -263,6 +264,21 @@ def test_an_entry_that_conflicts_with_the_live_cache_moves_nothing(tmp_path):
     cache = _open(f"file://{tmp_path / 'shared'}", live)
     assert sorted(str(p.relative_to(live)) for p in _files(live)) == ["inductor/b"]
     assert cache.facts["entries_skipped"] == 1 and "nothing was moved" in cache.warnings[0]
+
+
+def test_a_dead_writers_partial_file_is_removed(tmp_path):
+    from trcomp_container.caching.stores import STALE_PARTIAL_S
+
+    store = tmp_path / "shared" / COMPAT.key
+    _plant(store, [("inductor/g", b"graph")])
+    old, fresh = store / ".partial-dead", store / ".partial-writing"
+    for partial in (old, fresh):
+        partial.write_bytes(b"half an entry")
+    hours_ago = time.time() - STALE_PARTIAL_S - 60
+    os.utime(old, (hours_ago, hours_ago))
+    cache = _open(f"file://{tmp_path / 'shared'}", tmp_path / "r" / "live")
+    assert cache.facts["entries_found"] == 1 and cache.facts["files_read"] == 1
+    assert not old.exists() and fresh.exists()  # one may still be being written
 
 
 def test_an_entry_naming_a_file_twice_moves_nothing(tmp_path):

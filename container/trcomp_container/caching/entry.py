@@ -35,7 +35,7 @@ from pathlib import Path, PurePosixPath
 
 from trcomp_container.caching.compat import CompatSet
 from trcomp_container.caching.lineage import is_transient
-from trcomp_container.caching.stores import Store
+from trcomp_container.caching.stores import Commit, Store
 
 __all__ = [
     "FORMAT",
@@ -275,8 +275,10 @@ def write_entry(
     *,
     skip: Mapping[str, tuple[int, int]],
     key: bytes | None = None,
+    commit: Commit,
 ) -> tuple[str, int, int] | None:
-    """Put the files of ``live`` as one entry (signed with ``key``), but those in ``skip``.
+    """Put the files of ``live`` as one entry (signed with ``key``), but those in ``skip``;
+    the entry appears inside ``commit()`` (the write budget's).
 
     Returns ``(name, files, bytes)``; ``None`` when the job added or changed
     nothing (a dynamo PGO state it updated counts as changed).
@@ -296,5 +298,5 @@ def write_entry(
             for rel, path in files:
                 tar.add(path, arcname=f"files/{rel}", recursive=False)
         name = entry_name(_sha256(archive), compat.key, key)
-        store.put(name, archive)
+        store.put(name, archive, commit)
         return name, len(files), archive.stat().st_size

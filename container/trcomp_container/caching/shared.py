@@ -100,7 +100,9 @@ class SharedCache:
         store, budget = self.store, Budget(self.timeout_s, name="trcomp-shared-write")
         try:
             done, written = budget.run(
-                lambda: write_entry(store, live, self.compat, skip=self.read, key=self.key)
+                lambda: write_entry(
+                    store, live, self.compat, skip=self.read, key=self.key, commit=budget.commit
+                )
             )
         # Broad on purpose: the store is boto3 or a file system, whose errors (a full
         # bucket, expired credentials) share no base class, and the job's work is done.

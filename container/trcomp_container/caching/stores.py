@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,10 +38,21 @@ from trcomp.contract.shared_cache import (
 )
 from trcomp.contract.shared_trust import check_bucket_private, check_directory
 
-__all__ = ["DirectoryStore", "S3Store", "Store", "aws_config", "open_store"]
+__all__ = [
+    "STALE_PARTIAL_S",
+    "Commit",
+    "DirectoryStore",
+    "S3Store",
+    "Store",
+    "aws_config",
+    "open_store",
+]
 
 # Temp files of a DirectoryStore's writes start with this; listings skip them.
 _PARTIAL = ".partial-"
+STALE_PARTIAL_S = 3600
+"""A partial entry older than this is a dead writer's (a write's budget is at most 600 s)."""
+Commit = Callable[[], AbstractContextManager[None]]
 
 
 class Store(Protocol):
@@ -53,8 +66,9 @@ class Store(Protocol):
     def get(self, name: str, dest: Path) -> None:
         """Copy the entry ``name`` to the file ``dest``."""
 
-    def put(self, name: str, source: Path) -> None:
-        """Store the file ``source`` as the entry ``name``, atomically."""
+    def put(self, name: str, source: Path, commit: Commit) -> None:
+        """Store the file ``source`` as the entry ``name``, atomically; the step that makes
+        it visible runs inside ``commit()`` (which refuses once the write budget is spent)."""
 
 
 def aws_config(timeout_s: float) -> Any:
@@ -78,7 +92,10 @@ class DirectoryStore:
             return []
         found = []
         for path in self.root.iterdir():
-            if path.name.startswith(_PARTIAL) or not path.is_file():
+            if path.name.startswith(_PARTIAL):
+                _remove_if_stale(path)
+                continue
+            if not path.is_file():
                 continue
             try:
                 found.append((path.name, path.stat().st_size))
@@ -89,16 +106,26 @@ class DirectoryStore:
     def get(self, name: str, dest: Path) -> None:
         shutil.copyfile(self.root / name, dest)
 
-    def put(self, name: str, source: Path) -> None:
+    def put(self, name: str, source: Path, commit: Commit) -> None:
         _make_dirs(self.root)
         check_directory(self.root, where="in the job")
         partial = self.root / f"{_PARTIAL}{uuid.uuid4().hex}"
         try:
             shutil.copyfile(source, partial)
             partial.chmod(0o644)
-            os.replace(partial, self.root / name)
+            with commit():  # past the budget: the entry never appears
+                os.replace(partial, self.root / name)
         finally:
             partial.unlink(missing_ok=True)
+
+
+def _remove_if_stale(path: Path) -> None:
+    """Remove a partial entry older than :data:`STALE_PARTIAL_S` (its writer died)."""
+    try:
+        if time.time() - path.stat().st_mtime > STALE_PARTIAL_S:
+            path.unlink()
+    except OSError:
+        pass  # gone meanwhile, or not ours to remove: it is never read either way
 
 
 def _make_dirs(path: Path, mode: int = 0o755) -> None:
@@ -157,7 +184,9 @@ class S3Store:
         with dest.open("wb") as out:
             shutil.copyfileobj(response["Body"], out, 1 << 20)
 
-    def put(self, name: str, source: Path) -> None:
+    def put(self, name: str, source: Path, commit: Commit) -> None:
+        with commit():  # past the budget: not started (one started may still complete)
+            pass
         with source.open("rb") as body:
             self.s3.put_object(
                 Bucket=self.bucket,
