@@ -201,6 +201,23 @@ def test_a_local_jobs_plain_redis_turns_inductors_remote_caches_on(tmp_path):
         assert _open(server.url, tmp_path / "b", timeout_s=30).warm is True
 
 
+def test_the_start_up_check_is_one_scan_whatever_else_redis_holds(tmp_path):
+    """A Redis shared with other data: 50,000 unrelated keys cost the check one SCAN, not a
+    walk of the keyspace (3 million keys outlasted the budget and switched the cache off)."""
+    import redis
+
+    with redis_server(tmp_path) as server:
+        client = redis.Redis.from_url(server.url)
+        for start in range(0, 50_000, 5_000):
+            client.mset({f"other-app:{n}": "x" for n in range(start, start + 5_000)})
+        client.config_resetstat()
+        cache = _open(server.url, tmp_path / "live", timeout_s=30)
+        stats = client.info("commandstats")
+        client.close()
+    assert cache.facts["remote_cache"] is True, cache.warnings
+    assert stats["cmdstat_scan"]["calls"] == 1, stats.get("cmdstat_scan")
+
+
 def test_a_wrong_redis_password_leaves_the_remote_caches_off(tls_redis, tmp_path):
     environ = {"TRCOMP_REDIS_PASSWORD": "wrong", "TRCOMP_REDIS_CA_CERTS": tls_redis.ca_certs}
     cache = _open(tls_redis.url, tmp_path / "live", environ=environ, timeout_s=30)

@@ -29,6 +29,7 @@ from trcomp_container.caching.budget import Budget
 from trcomp_container.caching.cache_secrets import read_secret
 
 __all__ = [
+    "SCAN_COUNT",
     "RedisFound",
     "ca_certs",
     "check_redis_trust",
@@ -108,13 +109,20 @@ def check_redis_trust(
         )
 
 
+SCAN_COUNT = 1000
+"""Keys the start-up check's one SCAN looks at (a Redis shared with other data may hold
+millions: walking them all would outlast the budget and switch a healthy cache off)."""
+
+
 def redis_has_entries(url: str, *, timeout_s: float) -> bool:
-    """Whether the server at ``url`` answers and holds inductor's entries (``pt2:*``)."""
+    """Whether the server at ``url`` answers, and holds inductor's entries (``pt2:*``) among
+    the first :data:`SCAN_COUNT` keys one SCAN returns: one round trip, whatever the size."""
     import redis
 
     client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
     try:
-        return next(iter(client.scan_iter(match="pt2:*", count=1000)), None) is not None
+        _, keys = client.scan(cursor=0, match="pt2:*", count=SCAN_COUNT)
+        return bool(keys)
     finally:
         client.close()
 
