@@ -10,8 +10,10 @@ test instead, which pytest-timeout stops (``HANG_S``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -168,6 +170,70 @@ def _round_trip_through_inductors_backend(url: str) -> None:
         assert backend.get("pt2:trcomp-test") == b"compiled"
     finally:
         del os.environ["TORCHINDUCTOR_REDIS_URL"]
+
+
+@contextlib.contextmanager
+def trickling_redis(reply: bytes, every_s: float) -> Iterator[tuple[int, list[int]]]:
+    """A fake Redis: set-up commands answered at once, a GET's ``reply`` one byte every
+    ``every_s`` seconds (each read in time for the socket timeout); yields its port and
+    the count of reply bytes sent so far."""
+    server = socket.create_server(("127.0.0.1", 0))
+    sent = [0]
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            while not stop.is_set():
+                data = conn.recv(65536)
+                if not data:
+                    return
+                if b"HELLO" in data:  # redis-py 8 asks for RESP3: a map with proto 3
+                    conn.sendall(b"%1\r\n$5\r\nproto\r\n:3\r\n")
+                    continue
+                if b"GET" not in data:
+                    conn.sendall(b"+OK\r\n")
+                    continue
+                for byte in reply:
+                    if stop.wait(every_s):
+                        return
+                    conn.sendall(bytes([byte]))
+                    sent[0] += 1
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1], sent
+    finally:
+        stop.set()
+        server.close()
+
+
+@pytest.mark.timeout(HANG_S)
+def test_a_redis_that_trickles_its_reply_is_given_up_at_the_call_deadline(monkeypatch):
+    """Each byte comes within the 2 s socket timeout, so only a deadline on the whole call
+    stops the wait: the lookup is a miss and the remote cache goes off."""
+    from torch._inductor import remote_cache
+
+    from trcomp_container.inprocess.patches import redis_backend
+
+    reply = b"$8\r\ncompiled\r\n"  # 14 bytes, one every 1.5 s: 21 s for the whole reply
+    warned: list[str] = []
+    guard = redis_backend.RedisGuard(warned.append, deadline_s=1.0)
+    with trickling_redis(reply, every_s=1.5) as (port, sent):
+        url = f"redis://127.0.0.1:{port}/0?socket_timeout=2&socket_connect_timeout=2"
+        monkeypatch.setenv("TORCHINDUCTOR_REDIS_URL", url)
+        undo = redis_backend.install(remote_cache, guard)
+        assert undo is not None
+        try:
+            backend = remote_cache.RedisRemoteCacheBackend("trcomp-test")
+            assert backend._get("pt2:trcomp-test") is None
+            returned_with = sent[0]
+            assert backend._get("pt2:other") is None  # off now: no second wait
+        finally:
+            undo()
+    assert guard.down and returned_with < len(reply), returned_with
+    assert "a call took more than 1 s" in warned[0]
 
 
 @pytest.fixture(scope="module")

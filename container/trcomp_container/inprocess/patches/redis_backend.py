@@ -6,29 +6,38 @@ then stops answering raises ``TimeoutError`` (another ``RedisError``) out of
 every lookup, after the socket timeout, and inductor fails the compile with
 ``BackendCompilerFailed``: measured here with a socket that never answers.
 Installed once, when ``torch._inductor.remote_cache`` is imported: the first
-``RedisError`` turns the remote cache off for the rest of the process, so the
-job waits one socket timeout (2 s, set in ``TORCHINDUCTOR_REDIS_URL``) and
-compiles on without it.
+``RedisError``, or a call past :data:`CALL_DEADLINE_S` (a reply that trickles in
+never trips the per-read socket timeout), turns the remote cache off for the rest
+of the process, so the job waits one socket timeout (2 s, set in
+``TORCHINDUCTOR_REDIS_URL``) or one deadline, and compiles on without it.
 """
 
 from __future__ import annotations
 
 import functools
 import sys
+import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from trcomp_container.inprocess import torch_compat
 
-__all__ = ["RedisGuard", "install"]
+__all__ = ["CALL_DEADLINE_S", "RedisGuard", "install"]
+
+
+CALL_DEADLINE_S = 5.0
+"""The most one Redis call may take, wall clock. The socket timeout (2 s) bounds each read,
+not the call: a server that trickles its reply a byte at a time held one lookup 25 s."""
 
 
 class RedisGuard:
-    """Whether a Redis error turned inductor's remote cache off in this process."""
+    """Whether a Redis error, or a call past its deadline, turned inductor's remote cache off
+    in this process."""
 
-    def __init__(self, warn: Callable[[str], None]) -> None:
+    def __init__(self, warn: Callable[[str], None], deadline_s: float = CALL_DEADLINE_S) -> None:
         self.down = False
+        self.deadline_s = deadline_s
         self._warn = warn
 
     def wrap(self, method: Callable[..., Any]) -> Callable[..., Any]:
@@ -38,20 +47,38 @@ class RedisGuard:
         def call(backend: Any, *args: Any, **kwargs: Any) -> Any:
             if guard.down:
                 return None  # a miss: compile, and do not wait on that Redis again
-            try:
-                return method(backend, *args, **kwargs)
-            except Exception as exc:  # narrowed just below: only redis-py's errors
-                if not _is_redis_error(exc):
-                    raise
-                guard.down = True
-                backend._redis = None
-                guard._warn(
-                    f"the Redis of shared_cache stopped answering ({type(exc).__name__}: "
-                    f"{exc}); this process compiles without inductor's remote caches"
-                )
+            outcome: dict[str, Any] = {}
+
+            def work() -> None:
+                try:
+                    outcome["value"] = method(backend, *args, **kwargs)
+                except BaseException as exc:  # handed to the caller's thread just below
+                    outcome["error"] = exc
+
+            # A daemon thread: one stuck in a read is left behind, never waited for.
+            thread = threading.Thread(target=work, name="trcomp-redis-call", daemon=True)
+            thread.start()
+            thread.join(guard.deadline_s)
+            if thread.is_alive():
+                guard._off(backend, f"a call took more than {guard.deadline_s:g} s")
                 return None
+            exc = outcome.get("error")
+            if exc is None:
+                return outcome.get("value")
+            if not _is_redis_error(exc):
+                raise exc
+            guard._off(backend, f"{type(exc).__name__}: {exc}")
+            return None
 
         return call
+
+    def _off(self, backend: Any, why: str) -> None:
+        self.down = True
+        backend._redis = None
+        self._warn(
+            f"the Redis of shared_cache stopped answering ({why}); this process compiles "
+            "without inductor's remote caches"
+        )
 
 
 def install(remote_cache: ModuleType, guard: RedisGuard) -> Callable[[], None] | None:
