@@ -253,6 +253,13 @@ def test_a_remote_job_reads_a_tls_redis_with_the_password_from_its_environment(t
     _round_trip_through_inductors_backend(url)
     assert _open(tls_redis.url, tmp_path / "b", environ=environ, timeout_s=30).warm is True
 
+    # The same server under another name: its certificate names 127.0.0.1 only, so the
+    # job refuses it before sending the password (redis-py 5 sent it: no host name check).
+    assert "ssl_check_hostname=True" in url
+    other_name = tls_redis.url.replace("127.0.0.1", "localhost")
+    cache = _open(other_name, tmp_path / "c", remote_job=True, environ=environ, timeout_s=30)
+    assert cache.facts["remote_cache"] is False and "localhost" in cache.warnings[0]
+
 
 def test_a_local_jobs_plain_redis_turns_inductors_remote_caches_on(tmp_path):
     # What the redis:// job in test_shared_cache_jobs.py checked before it kept only the

@@ -57,9 +57,12 @@ def redis_url(
     if password is not None or location.username:
         auth = f"{quote(location.username, safe='')}:{quote(password or '', safe='')}@"
     host = f"[{location.host}]" if ":" in location.host else location.host
-    query = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
-    if location.tls and ca_certs:
-        query["ssl_ca_certs"] = ca_certs  # type: ignore[assignment]
+    query: dict[str, object] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+    if location.tls:
+        # redis-py 5 checks the certificate but not that it names the host: asked for here.
+        query["ssl_check_hostname"] = True
+        if ca_certs:
+            query["ssl_ca_certs"] = ca_certs
     return f"{scheme}://{auth}{host}:{location.port}/{location.db}?{urlencode(query)}"
 
 
