@@ -30,6 +30,7 @@ from trcomp.contract.shared_cache import (
     aws_call_limits,
     check_bucket_owner,
     parse_location,
+    refuse_empty_secrets,
 )
 from trcomp.contract.shared_trust import check_bucket_private, check_directory
 
@@ -112,12 +113,7 @@ def _check_secrets_placed(
     files): a secret there, by its variable's name or by its value, is refused, and the
     message names the hyperparameter, never the value.
     """
-    for name in (*_IN_CLEAR, *_IN_CLEAR.values()):
-        if name in environment and not str(environment[name]).strip():
-            raise SharedCacheError(
-                f"environment variable {name!r} is set but empty: an empty key or password "
-                "would mean none. Give it a value (a key: `openssl rand -hex 32`) or remove it."
-            )
+    refuse_empty_secrets(environment, (*_IN_CLEAR, *_IN_CLEAR.values()))
     names = {name.lower() for name in (*_IN_CLEAR, *_IN_CLEAR.values())}
     # The SDK JSON-encodes hyperparameter values: a secret is looked for inside each one
     # (one of at least 8 characters: a shorter one would be found in unrelated values).

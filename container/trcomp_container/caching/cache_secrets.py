@@ -12,7 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from trcomp.contract.errors import SharedCacheError
-from trcomp.contract.shared_cache import KEY_ENV, KEY_SECRET_ENV, error_code
+from trcomp.contract.shared_cache import (
+    KEY_ENV,
+    KEY_SECRET_ENV,
+    error_code,
+    refuse_empty_secrets,
+)
 from trcomp_container.caching.stores import aws_config
 
 __all__ = ["MIN_KEY_BYTES", "read_secret", "signing_key"]
@@ -28,12 +33,7 @@ def read_secret(
     Set but empty is refused: it would mean no key (or no password) without a word.
     The secret's reference is never shown (a key pasted there by mistake would be).
     """
-    for variable in (name, secret_name):
-        if variable in environ and not environ[variable].strip():
-            raise SharedCacheError(
-                f"{variable} is set but empty: an empty value would mean none. Give it a value "
-                "or remove it from the job's environment"
-            )
+    refuse_empty_secrets(environ, (name, secret_name))
     value = environ.get(name)
     if value:
         return value

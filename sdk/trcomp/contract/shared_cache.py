@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
@@ -36,6 +37,7 @@ __all__ = [
     "check_bucket_owner",
     "error_code",
     "parse_location",
+    "refuse_empty_secrets",
 ]
 
 # The job's environment, never its hyperparameters (DescribeTrainingJob shows those).
@@ -196,6 +198,17 @@ def _without_password(uri: str, parts: Any) -> str:
         return uri
     user = parts.username or ""
     return uri.replace(f"{user}:{parts.password}@", f"{user}:***@", 1)
+
+
+def refuse_empty_secrets(environ: Mapping[str, Any], names: Iterable[str]) -> None:
+    """Refuse a secret's variable (the key, the Redis password, or their secret's name) that
+    is set but empty: it would mean none, without a word. The SDK and the job both check."""
+    for name in names:
+        if name in environ and not str(environ[name]).strip():
+            raise SharedCacheError(
+                f"environment variable {name} is set but empty: an empty key or password "
+                "would mean none. Give it a value (a key: `openssl rand -hex 32`) or remove it."
+            )
 
 
 def aws_call_limits(timeout_s: float) -> dict[str, Any]:

@@ -47,30 +47,37 @@ def hooks(**kwargs) -> autocompile.AutoCompile:
     return policy
 
 
-def train(make, steps: int = 5, policy=None, penalty: bool = False) -> list[float]:
+def train(make, steps: int = 5, policy=None, penalty: bool = False, loss_of=None) -> list[float]:
     """Per-step losses of a plain loop; ``policy`` gets the step events a session sends."""
     torch.manual_seed(0)
     model = make()
     _TRAINED[:] = [model]
     batches = [torch.randn(6, 4) for _ in range(steps)]
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    losses = []
     try:
-        for x in batches:
-            loss = model(x).pow(2).mean()
-            if penalty:  # a WGAN-GP style gradient penalty: double backward through the model
-                point = x.clone().requires_grad_(True)
-                (grad,) = torch.autograd.grad(model(point).sum(), point, create_graph=True)
-                loss = loss + (grad.norm(dim=1) - 1).pow(2).mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            if policy is not None:
-                policy.on_step()
-            losses.append(float(loss))
+        return run_steps(model, batches, policy, penalty=penalty, loss_of=loss_of)
     finally:
         if policy is not None:
             policy.end_search()
+
+
+def run_steps(model, batches, policy=None, *, penalty=False, loss_of=None) -> list[float]:
+    """SGD steps of ``model`` on ``batches``; the loss is ``loss_of(output)`` (default: the
+    output's mean square)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for x in batches:
+        out = model(x)
+        loss = out.pow(2).mean() if loss_of is None else loss_of(out)
+        if penalty:  # a WGAN-GP style gradient penalty: double backward through the model
+            point = x.clone().requires_grad_(True)
+            (grad,) = torch.autograd.grad(model(point).sum(), point, create_graph=True)
+            loss = loss + (grad.norm(dim=1) - 1).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if policy is not None:
+            policy.on_step()
+        losses.append(float(loss))
     return losses
 
 
@@ -148,19 +155,8 @@ def test_double_backward_through_the_module_keeps_it_eager():
 def train_then_resize(make, policy=None) -> list[float]:
     """Five steps on batches of 6, then three on batches of 3: dynamo compiles a new graph."""
     first = train(make, steps=5, policy=policy)
-    model = _TRAINED.pop()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     torch.manual_seed(1)
-    later = []
-    for x in [torch.randn(3, 4) for _ in range(3)]:
-        loss = model(x).pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        if policy is not None:
-            policy.on_step()
-        later.append(float(loss))
-    _TRAINED.append(model)
+    later = run_steps(_TRAINED[-1], [torch.randn(3, 4) for _ in range(3)], policy)
     return first + later
 
 
@@ -224,30 +220,12 @@ class Structured(Net):
 
 
 def test_a_wrong_output_inside_a_dataclass_is_caught():
-    def make():
-        return Structured()
+    def loss_of(out):
+        return out.extras["y"].pow(2).mean()
 
-    def run(policy=None):
-        torch.manual_seed(0)
-        model = make()
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        losses = []
-        for x in [torch.randn(6, 4) for _ in range(4)]:
-            loss = model(x).extras["y"].pow(2).mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            if policy is not None:
-                policy.on_step()
-            losses.append(float(loss))
-        return losses
-
-    eager = run()
+    eager = train(Structured, steps=4, loss_of=loss_of)
     policy = hooks(compile_kwargs={"backend": wrong_from_graph(1)})
-    try:
-        losses = run(policy)
-    finally:
-        policy.end_search()
+    losses = train(Structured, steps=4, policy=policy, loss_of=loss_of)
     (entry,) = policy.compiled
     assert entry.verified is False and "output 0 differs" in entry.failed, entry.failed
     assert losses == pytest.approx(eager, abs=1e-6)
