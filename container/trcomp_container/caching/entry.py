@@ -10,15 +10,17 @@ without a valid signature from its name alone, before it downloads it, and
 checks the digest before it opens the archive: nothing another writer put
 there is ever unpacked.
 
-Unpacking is bounded: at most ``limit`` unpacked bytes (the sizes in the tar
-headers, which are what ``extractfile`` yields), no sparse files, no name
-twice, every name in the manifest with its size. It all goes to a staging dir
+Unpacking is bounded: at most ``limit`` decompressed bytes, every byte of the
+tar stream counted (headers too: a GNU long name or a pax record of any size
+is refused once the stream passes the limit, before tarfile holds it), no
+sparse files, no name twice, every name in the manifest with its size. It all goes to a staging dir
 first; :func:`move_staged` then moves it into the live cache in one go, so a
 bad entry leaves the live cache as it was.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import hmac
 import io
@@ -29,6 +31,7 @@ import shutil
 import tarfile
 import tempfile
 import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -64,11 +67,13 @@ class EntryError(Exception):
 
 @dataclass
 class Staged:
-    """An entry unpacked into ``staging``: the files to move, the bytes they hold."""
+    """An entry unpacked into ``staging``: the files to move, the bytes they hold, and the
+    bytes of its decompressed tar stream (headers included) that were read."""
 
     staging: Path
     files: list[str]
     unpacked_bytes: int
+    stream_bytes: int = 0
 
 
 def _mac(key: bytes, compat_key: str, digest: str) -> str:
@@ -133,7 +138,8 @@ def stage_entry(
     """Check ``archive`` and unpack the files ``present`` lacks into a new staging dir.
 
     ``digest`` is what :func:`check_name` returned; ``limit`` the most
-    unpacked bytes this entry may hold. The caller removes ``staging``.
+    decompressed bytes this entry's tar stream may hold, headers included
+    (:attr:`Staged.stream_bytes` says how many it held). The caller removes ``staging``.
     """
     if _sha256(archive) != digest:
         raise EntryError("its bytes do not match the checksum in its name (truncated or damaged)")
@@ -141,7 +147,7 @@ def stage_entry(
     staged = Staged(staging, [], 0)
     try:
         _unpack(archive, compat, staged, present, limit)
-    except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
+    except (tarfile.TarError, OSError, EOFError, ValueError, zlib.error) as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise EntryError(f"it cannot be read ({type(exc).__name__}: {exc})") from None
     except BaseException:
@@ -150,10 +156,47 @@ def stage_entry(
     return staged
 
 
+class _Capped:
+    """The decompressed tar stream of an entry, refused past ``limit`` bytes.
+
+    tarfile reads a GNU long name or a pax header whole, into memory, before it
+    yields the member: counting only the members' sizes let a small archive hold a
+    512 MiB name. Here every byte tarfile asks for counts, and no read asks gzip
+    for more than one byte past the limit.
+    """
+
+    def __init__(self, source: gzip.GzipFile, limit: int) -> None:
+        self._source = source
+        self._limit = limit
+        self.count = 0
+
+    def read(self, size: int = -1) -> bytes:
+        """At most ``size`` bytes; raise :class:`EntryError` once past the limit."""
+        room = self._limit - self.count + 1  # one past the limit: enough to see it passed
+        data = self._source.read(room if size < 0 else min(size, room))
+        self.count += len(data)
+        if self.count > self._limit:
+            raise _too_big(self.count, self._limit)
+        return data
+
+
 def _unpack(
     archive: Path, compat: CompatSet, staged: Staged, present: set[str], limit: int
 ) -> None:
-    with tarfile.open(archive, "r:gz") as tar:
+    with gzip.GzipFile(archive, "rb") as source:
+        stream = _Capped(source, limit)
+        try:
+            _unpack_stream(stream, compat, staged, present, limit)
+        finally:
+            staged.stream_bytes = stream.count
+
+
+def _unpack_stream(
+    stream: _Capped, compat: CompatSet, staged: Staged, present: set[str], limit: int
+) -> None:
+    # A stream ("r|"): tarfile reads forward only, every byte through the cap. A reader
+    # is all a stream needs; typeshed asks for a whole file object.
+    with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
         first = tar.next()
         if first is None or first.name != "manifest.json" or not first.isfile():
             raise EntryError("it has no manifest")
@@ -177,13 +220,13 @@ def _unpack(
                 continue
             regular = member.isreg() and not member.issparse()
             if not regular or not member.name.startswith("files/"):
-                raise EntryError(f"it holds something other than a file ({member.name!r})")
+                raise EntryError(f"it holds something other than a file ({_shown(member.name)!r})")
             relative = _safe_relative(member.name.removeprefix("files/"))
             if relative in seen:
-                raise EntryError(f"it holds {relative} twice")
+                raise EntryError(f"it holds {_shown(relative)} twice")
             seen.add(relative)
             if sizes.get(relative) != member.size:
-                raise EntryError(f"{relative} is not in its manifest with that size")
+                raise EntryError(f"{_shown(relative)} is not in its manifest with that size")
             staged.unpacked_bytes += member.size
             if staged.unpacked_bytes > limit:
                 raise _too_big(staged.unpacked_bytes, limit)
@@ -198,10 +241,15 @@ def _unpack(
 def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> None:
     source = tar.extractfile(member)
     if source is None:
-        raise EntryError(f"{member.name} has no contents")
+        raise EntryError(f"{_shown(member.name)} has no contents")
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("xb") as out:
         shutil.copyfileobj(source, out)
+
+
+def _shown(name: str, most: int = 200) -> str:
+    """A member's name for a message: a name may be as long as the read limit allows."""
+    return name if len(name) <= most else f"{name[:most]}... ({len(name):,} characters)"
 
 
 def _too_big(size: int, limit: int) -> EntryError:

@@ -179,25 +179,26 @@ def _read_all(cache: SharedCache, store: Store, live: Path, limit: int, budget: 
         facts["entries_found"] = len(names)
         live.mkdir(parents=True, exist_ok=True)
     skipped: list[str] = []
+    spent = 0  # decompressed bytes of the entries read, tar headers included: what the limit counts
     for name, size in names:
         if not name.endswith(SUFFIX):
             continue
         try:
             digest = check_name(name, cache.compat.key, cache.key)  # before any download
-            if facts["bytes_read"] + size > limit:
+            if spent + size > limit:
                 # Skipped, not the end: one huge entry must not crowd out the others.
                 with budget.commit():
                     facts["read_limit_reached"] = True
                 raise EntryError(
                     f"its {size} bytes are more than what is left of the read limit "
-                    f"({limit - facts['bytes_read']} of {limit} bytes, {MAX_READ_BYTES_ENV})"
+                    f"({limit - spent} of {limit} bytes, {MAX_READ_BYTES_ENV})"
                 )
             with tempfile.TemporaryDirectory(prefix="trcomp-entry-") as tmp:
                 archive = Path(tmp) / "entry.tar.gz"
                 store.get(name, archive)
                 staged = stage_entry(
                     archive, digest, cache.compat, live.parent, present,
-                    limit=limit - facts["bytes_read"],
+                    limit=limit - spent,
                 )  # fmt: skip
             try:
                 with budget.commit():
@@ -209,6 +210,7 @@ def _read_all(cache: SharedCache, store: Store, live: Path, limit: int, budget: 
                     facts["warm"] = facts["files_read"] > 0
             finally:
                 shutil.rmtree(staged.staging, ignore_errors=True)
+            spent += staged.stream_bytes
             present.update(staged.files)
         # Broad on purpose: EntryError, or the store's (boto3, the file system); either
         # way only this entry is skipped.
