@@ -1,8 +1,9 @@
 """What reading the shared compile cache may cost, and where it reads from.
 
 Real archives (written by hand where an attacker would), real directories and
-symbolic links. An entry's decompressed tar stream counts against the read limit
-byte for byte, headers included.
+symbolic links, a moto S3 server. An entry's decompressed tar stream counts
+against the read limit byte for byte, headers included; a get reads no more than
+the listing showed, and stops when the read's budget ends.
 """
 
 from __future__ import annotations
@@ -11,15 +12,19 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import tarfile
+import threading
 import tracemalloc
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.aws import aws_environment, create_bucket, moto_server
 from trcomp_container.caching.compat import compat_set
 from trcomp_container.caching.entry import entry_name
 from trcomp_container.caching.shared import open_shared_cache
+from trcomp_container.caching.stores import DirectoryStore, EntryChanged, Listed, S3Store
 
 KEY = "team-a-key-0123456789abcdef"
 COMPAT = compat_set(engine="inductor", gpu_listing=None)
@@ -110,4 +115,126 @@ def test_a_huge_name_header_counts_against_the_read_limit(tmp_path, monkeypatch,
     assert peak < 8 * LIMIT, peak  # 268 MB before: the name as bytes, as str, in the warning
     assert cache.facts["entries_skipped"] == 1 and cache.facts["bytes_read"] == 0
     assert "unpacks to more than" in cache.warnings[0] and len(cache.warnings[0]) < 1000
+    assert _files(tmp_path / "r" / "live") == []
+
+
+def _live_with(base: Path, files: dict[str, bytes]) -> Path:
+    live = base / "live"
+    for name, body in files.items():
+        (live / name).parent.mkdir(parents=True, exist_ok=True)
+        (live / name).write_bytes(body)
+    return live
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory):
+    with moto_server(tmp_path_factory.mktemp("moto")) as server, aws_environment(server.url):
+        yield server
+
+
+@pytest.fixture
+def s3_bytes(monkeypatch) -> list[int]:
+    """The bytes read from S3 object bodies in this test (boto3's StreamingBody), in calls."""
+    from botocore.response import StreamingBody
+
+    read, counted = StreamingBody.read, []
+
+    def counting(self: StreamingBody, amt: int | None = None) -> bytes:
+        data = read(self, amt)
+        counted.append(len(data))
+        return data
+
+    monkeypatch.setattr(StreamingBody, "read", counting)
+    return counted
+
+
+def _written_entry(bucket: str, tmp_path: Path) -> tuple[str, str]:
+    """A bucket with one entry a job wrote; its URI and its object key."""
+    import boto3
+
+    create_bucket(bucket)
+    uri = f"s3://{bucket}/compile"
+    live = _live_with(tmp_path / "writer", {"inductor/g": b"graph"})
+    assert _open(uri, live).finish(live, succeeded=True)["files_written"] == 1
+    (item,) = boto3.client("s3").list_objects_v2(Bucket=bucket)["Contents"]
+    return uri, item["Key"]
+
+
+def test_an_s3_entry_replaced_after_the_listing_is_not_downloaded(
+    moto, tmp_path, monkeypatch, s3_bytes
+):
+    """Listed at its size and ETag, replaced by 4 MiB before the get: refused by its ETag
+    (S3's 412) with no byte of it read; before, all 4 MiB were downloaded."""
+    import boto3
+
+    uri, key = _written_entry("replaced-cache", tmp_path)
+    listing = S3Store.names
+
+    def then_replaced(self: S3Store):
+        found = listing(self)
+        boto3.client("s3").put_object(Bucket="replaced-cache", Key=key, Body=os.urandom(4 << 20))
+        return found
+
+    monkeypatch.setattr(S3Store, "names", then_replaced)
+    cache = _open(uri, tmp_path / "r" / "live")
+    assert sum(s3_bytes) == 0, sum(s3_bytes)  # 4,194,304 before
+    assert cache.facts["entries_skipped"] == 1 and cache.facts["files_read"] == 0
+    assert "PreconditionFailed" in cache.warnings[0], cache.warnings
+    assert _files(tmp_path / "r" / "live") == []
+
+
+def test_an_s3_get_reads_no_more_than_the_listed_size(moto, tmp_path, s3_bytes):
+    """Without an ETag to name, the Range still holds: 1 KiB listed, 4 MiB there, 1 KiB + 1
+    byte read and the entry refused."""
+    import boto3
+
+    uri, key = _written_entry("grown-cache", tmp_path)
+    boto3.client("s3").put_object(Bucket="grown-cache", Key=key, Body=os.urandom(4 << 20))
+    cache = _open(uri, tmp_path / "r" / "live", environ={"TRCOMP_SHARED_CACHE_MAX_READ_BYTES": "0"})
+    assert isinstance(cache.store, S3Store)
+    dest = tmp_path / "entry.tar.gz"
+    name = key.rsplit("/", 1)[-1]
+    with pytest.raises(EntryChanged, match="more than the 1,024 bytes it was listed with"):
+        cache.store.get(Listed(name, 1024), dest, stop=lambda: False)
+    assert sum(s3_bytes) == 1025 and dest.stat().st_size == 1025
+
+
+def test_a_directory_entry_that_grew_after_the_listing_is_read_no_further(tmp_path):
+    store_dir = tmp_path / "shared" / COMPAT.key
+    store_dir.mkdir(parents=True)
+    (store_dir / "entry.tar.gz").write_bytes(os.urandom(4 << 20))
+    store = DirectoryStore(store_dir)
+    with pytest.raises(EntryChanged, match="replaced since the listing"):
+        store.get(Listed("entry.tar.gz", 1024), tmp_path / "dest", stop=lambda: False)
+    assert (tmp_path / "dest").stat().st_size == 1025
+
+
+def test_an_s3_read_stops_when_its_budget_ends(moto, tmp_path, monkeypatch, s3_bytes):
+    """The read's thread, still reading when the job stopped waiting for it, reads no chunk
+    after: 1 MiB of a 4 MiB entry, where it read on to the end before."""
+    import boto3
+    from botocore.response import StreamingBody
+
+    create_bucket("slow-cache")
+    name = entry_name("0" * 64, COMPAT.key, None)
+    boto3.client("s3").put_object(
+        Bucket="slow-cache", Key=f"compile/{COMPAT.key}/{name}", Body=os.urandom(4 << 20)
+    )
+    released = threading.Event()
+    read = StreamingBody.read  # already the counting one
+
+    def held(self: StreamingBody, amt: int | None = None) -> bytes:
+        data = read(self, amt)
+        released.wait(60)  # the first chunk is held until the job has stopped waiting
+        return data
+
+    monkeypatch.setattr(StreamingBody, "read", held)
+    cache = _open("s3://slow-cache/compile", tmp_path / "r" / "live", timeout_s=1)
+    assert cache.facts["read_budget_hit"] is True
+    readers = [t for t in threading.enumerate() if t.name == "trcomp-shared-read"]
+    released.set()
+    for thread in readers:
+        thread.join(60)
+        assert not thread.is_alive()
+    assert sum(s3_bytes) <= 1 << 20, sum(s3_bytes)  # 4,194,304 before
     assert _files(tmp_path / "r" / "live") == []

@@ -29,7 +29,7 @@ from tests.helpers.redis_server import redis_server
 from trcomp.contract.errors import SharedCacheError
 from trcomp_container.caching.compat import compat_set
 from trcomp_container.caching.shared import open_shared_cache
-from trcomp_container.caching.stores import DirectoryStore
+from trcomp_container.caching.stores import DirectoryStore, Listed
 
 COMPAT = compat_set(engine="inductor", gpu_listing=None)
 BUDGET_S = 1.0
@@ -84,7 +84,7 @@ def test_a_directory_store_that_blocks_makes_the_job_start_cold(tmp_path, fifo, 
     (live / "inductor" / "g").write_bytes(b"graph")
     _open(uri, live).finish(live, succeeded=True)  # one good entry
 
-    def blocked_get(self: DirectoryStore, name: str, dest: Path) -> None:
+    def blocked_get(self: DirectoryStore, listed: Listed, dest: Path, *, stop) -> None:
         with fifo.open("rb") as hung:  # blocks: no writer, as a dead NFS server's read
             dest.write_bytes(hung.read())
 

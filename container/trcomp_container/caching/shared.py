@@ -180,7 +180,8 @@ def _read_all(cache: SharedCache, store: Store, live: Path, limit: int, budget: 
         live.mkdir(parents=True, exist_ok=True)
     skipped: list[str] = []
     spent = 0  # decompressed bytes of the entries read, tar headers included: what the limit counts
-    for name, size in names:
+    for listed in names:
+        name, size = listed.name, listed.size
         if not name.endswith(SUFFIX):
             continue
         try:
@@ -195,7 +196,7 @@ def _read_all(cache: SharedCache, store: Store, live: Path, limit: int, budget: 
                 )
             with tempfile.TemporaryDirectory(prefix="trcomp-entry-") as tmp:
                 archive = Path(tmp) / "entry.tar.gz"
-                store.get(name, archive)
+                store.get(listed, archive, stop=lambda: budget.cancelled)
                 staged = stage_entry(
                     archive, digest, cache.compat, live.parent, present,
                     limit=limit - spent,

@@ -16,8 +16,13 @@ once and never changed, so both stores only list, get and put whole objects:
   AWS call has a connect and a read timeout and at most two attempts
   (:func:`aws_config`).
 
-A store call that hangs anyway (a file system that stopped answering) is
-bounded by the caller's wall-clock budget (:mod:`trcomp_container.caching.shared`).
+A get reads at most the size the listing showed, plus one byte to see that the
+entry grew (then it is refused: replaced since the listing), and asks its
+caller's ``stop`` between chunks of 1 MiB, so a read whose budget ended stops;
+on S3 it names the listed ETag (``IfMatch``: S3 answers 412 for an object
+replaced since) and the listed size (``Range``). A store call that hangs anyway
+(a file system that stopped answering) is bounded by the caller's wall-clock
+budget (:mod:`trcomp_container.caching.shared`).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, NamedTuple, Protocol
 
 from trcomp.contract.shared_cache import (
     SharedCacheLocation,
@@ -37,11 +42,14 @@ from trcomp.contract.shared_cache import (
     check_bucket_owner,
 )
 from trcomp.contract.shared_trust import check_bucket_private, check_directory
+from trcomp_container.caching.budget import Cancelled
 
 __all__ = [
     "STALE_PARTIAL_S",
     "Commit",
     "DirectoryStore",
+    "EntryChanged",
+    "Listed",
     "S3Store",
     "Store",
     "aws_config",
@@ -53,6 +61,21 @@ _PARTIAL = ".partial-"
 STALE_PARTIAL_S = 3600
 """A partial entry older than this is a dead writer's (a write's budget is at most 600 s)."""
 Commit = Callable[[], AbstractContextManager[None]]
+_CHUNK = 1 << 20
+
+
+class Listed(NamedTuple):
+    """One entry as the listing showed it."""
+
+    name: str
+    size: int
+    """Bytes; a get reads no more (and one more byte to refuse an entry that grew)."""
+    version: str = ""
+    """S3's ETag, which a get names (``IfMatch``); "" for a directory's file."""
+
+
+class EntryChanged(Exception):
+    """An entry that is not the one listed (replaced since, by a larger one)."""
 
 
 class Store(Protocol):
@@ -60,11 +83,12 @@ class Store(Protocol):
 
     where: str
 
-    def names(self) -> list[tuple[str, int]]:
-        """Every entry's name and size in bytes."""
+    def names(self) -> list[Listed]:
+        """Every entry, as listed now."""
 
-    def get(self, name: str, dest: Path) -> None:
-        """Copy the entry ``name`` to the file ``dest``."""
+    def get(self, listed: Listed, dest: Path, *, stop: Callable[[], bool]) -> None:
+        """Copy the entry ``listed`` to the file ``dest``: at most its listed size, else
+        :class:`EntryChanged`; :class:`~.budget.Cancelled` once ``stop()`` is true."""
 
     def put(self, name: str, source: Path, commit: Commit) -> None:
         """Store the file ``source`` as the entry ``name``, atomically; the step that makes
@@ -87,7 +111,7 @@ class DirectoryStore:
         check_directory(root.parent, where="in the job")  # the location, then its set's
         check_directory(root, where="in the job")
 
-    def names(self) -> list[tuple[str, int]]:
+    def names(self) -> list[Listed]:
         if not self.root.is_dir():
             return []
         found = []
@@ -98,13 +122,14 @@ class DirectoryStore:
             if not path.is_file():
                 continue
             try:
-                found.append((path.name, path.stat().st_size))
+                found.append(Listed(path.name, path.stat().st_size))
             except OSError:
                 continue  # removed meanwhile (a lifecycle clean-up)
         return found
 
-    def get(self, name: str, dest: Path) -> None:
-        shutil.copyfile(self.root / name, dest)
+    def get(self, listed: Listed, dest: Path, *, stop: Callable[[], bool]) -> None:
+        with (self.root / listed.name).open("rb") as source:
+            _copy_listed(source, dest, listed, stop)
 
     def put(self, name: str, source: Path, commit: Commit) -> None:
         _make_dirs(self.root)
@@ -117,6 +142,25 @@ class DirectoryStore:
                 os.replace(partial, self.root / name)
         finally:
             partial.unlink(missing_ok=True)
+
+
+def _copy_listed(source: BinaryIO, dest: Path, listed: Listed, stop: Callable[[], bool]) -> None:
+    """Copy at most ``listed.size`` bytes of ``source`` to ``dest``, in chunks, asking
+    ``stop`` before each: a read thread whose budget ended stops, instead of reading on."""
+    left = listed.size + 1  # one byte more: enough to see that the entry grew
+    with dest.open("wb") as out:
+        while left > 0:
+            if stop():
+                raise Cancelled
+            chunk = source.read(min(_CHUNK, left))
+            if not chunk:
+                return
+            out.write(chunk)
+            left -= len(chunk)
+    raise EntryChanged(
+        f"it holds more than the {listed.size:,} bytes it was listed with: replaced since "
+        "the listing"
+    )
 
 
 def _remove_if_stale(path: Path) -> None:
@@ -165,7 +209,7 @@ class S3Store:
             self.s3, self.bucket, self.account, where="in the job", s3control=s3control
         )
 
-    def names(self) -> list[tuple[str, int]]:
+    def names(self) -> list[Listed]:
         found = []
         pages = self.s3.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=self.prefix, ExpectedBucketOwner=self.account
@@ -174,15 +218,26 @@ class S3Store:
             for item in page.get("Contents", []):
                 name = str(item["Key"])[len(self.prefix) :]
                 if name and "/" not in name:
-                    found.append((name, int(item.get("Size", 0))))
+                    size, etag = int(item.get("Size", 0)), str(item.get("ETag", ""))
+                    found.append(Listed(name, size, etag))
         return found
 
-    def get(self, name: str, dest: Path) -> None:
+    def get(self, listed: Listed, dest: Path, *, stop: Callable[[], bool]) -> None:
+        # IfMatch: an object replaced since the listing is refused (412) before a byte of
+        # it is sent; Range: whatever S3 holds, no more than the listed size plus one.
+        match = {"IfMatch": listed.version} if listed.version else {}
         response = self.s3.get_object(
-            Bucket=self.bucket, Key=self.prefix + name, ExpectedBucketOwner=self.account
+            Bucket=self.bucket,
+            Key=self.prefix + listed.name,
+            ExpectedBucketOwner=self.account,
+            Range=f"bytes=0-{listed.size}",
+            **match,
         )
-        with dest.open("wb") as out:
-            shutil.copyfileobj(response["Body"], out, 1 << 20)
+        body = response["Body"]
+        try:
+            _copy_listed(body, dest, listed, stop)
+        finally:
+            body.close()
 
     def put(self, name: str, source: Path, commit: Commit) -> None:
         with commit():  # past the budget: not started (one started may still complete)
