@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.container.test_shared_cache_trust import _plant
 from tests.helpers.aws import aws_environment, create_bucket, moto_server
 from trcomp_container.caching.compat import compat_set
 from trcomp_container.caching.entry import entry_name
@@ -238,3 +239,33 @@ def test_an_s3_read_stops_when_its_budget_ends(moto, tmp_path, monkeypatch, s3_b
         assert not thread.is_alive()
     assert sum(s3_bytes) <= 1 << 20, sum(s3_bytes)  # 4,194,304 before
     assert _files(tmp_path / "r" / "live") == []
+
+
+def test_a_location_behind_a_symlink_is_used_where_it_was_checked(tmp_path, monkeypatch):
+    """The link is repointed at a planted cache right after the job's checks: the job still
+    reads and writes the directory it checked."""
+    from trcomp_container.caching import stores
+
+    checked, planted = tmp_path / "team", tmp_path / "planted"
+    _plant(checked / COMPAT.key, [("inductor/good", b"the team's")])
+    _plant(planted / COMPAT.key, [("inductor/evil", b"planted")])
+    link = tmp_path / "link"
+    link.symlink_to(checked)
+    check, checks = stores.check_directory, []
+
+    def check_then_repoint(path: Path, *, where: str) -> Path:
+        resolved = check(path, where=where)
+        checks.append(path)
+        if len(checks) == 2:  # the location and its set's checked: now the link moves
+            link.unlink()
+            link.symlink_to(planted)
+        return resolved
+
+    monkeypatch.setattr(stores, "check_directory", check_then_repoint)
+    live = tmp_path / "r" / "live"
+    cache = _open(f"file://{link}", live)
+    assert sorted(p.name for p in _files(live)) == ["good"]  # ["evil"] before
+    (live / "inductor" / "new").write_bytes(b"compiled here")
+    assert cache.finish(live, succeeded=True)["files_written"] == 1
+    assert len(list((checked / COMPAT.key).iterdir())) == 2
+    assert len(list((planted / COMPAT.key).iterdir())) == 1  # 2 before: written there too

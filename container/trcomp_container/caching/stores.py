@@ -36,6 +36,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple, Protocol
 
+from trcomp.contract.errors import SharedCacheError
 from trcomp.contract.shared_cache import (
     SharedCacheLocation,
     aws_call_limits,
@@ -106,10 +107,11 @@ class DirectoryStore:
     """Entries as files in ``<path>/<key>/`` (a shared file system or a local directory)."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
         self.where = str(root)
-        check_directory(root.parent, where="in the job")  # the location, then its set's
-        check_directory(root, where="in the job")
+        # Resolved once, by the checks, and used by that path from then on: a symlink on
+        # the way that is repointed after the check cannot send a read or write elsewhere.
+        location = check_directory(root.parent, where="in the job")  # then its set's
+        self.root = check_directory(location / root.name, where="in the job")
 
     def names(self) -> list[Listed]:
         if not self.root.is_dir():
@@ -133,7 +135,12 @@ class DirectoryStore:
 
     def put(self, name: str, source: Path, commit: Commit) -> None:
         _make_dirs(self.root)
-        check_directory(self.root, where="in the job")
+        if check_directory(self.root, where="in the job") != self.root:
+            raise SharedCacheError(
+                f"shared_cache directory {self.root} became a symbolic link after it was "
+                "checked, so trcomp refuses it (in the job): a compile cache is code that "
+                "every job reading it runs. Make it a directory of yours."
+            )
         partial = self.root / f"{_PARTIAL}{uuid.uuid4().hex}"
         try:
             shutil.copyfile(source, partial)

@@ -147,17 +147,20 @@ def _uid() -> int:
     return os.geteuid()
 
 
-def check_directory(path: Path, *, where: str) -> None:
-    """Refuse a ``file://`` location that someone other than this user could write or swap.
+def check_directory(path: Path, *, where: str) -> Path:
+    """Refuse a ``file://`` location that someone other than this user could write or swap;
+    the resolved path that was checked, which the caller uses from then on.
 
     ``path``, once it exists, must be owned by this user and writable by neither
     group nor others. Every directory above it, up to ``/``, must be owned by
     this user or root and writable by neither group nor others unless its sticky
     bit is set (``/tmp``): whoever can write a parent can rename the cache away
     and put their own in its place (the rule of OpenSSH's ``StrictModes``).
-    Symbolic links are resolved first, so the directories checked are the ones
-    the job opens. What does not exist yet the job creates, with no write bit
-    for group or others, and checks again.
+    Symbolic links are resolved first, and the job opens the resolved path this
+    returns, never ``path`` again: a link repointed after the check (by whoever
+    can write the directory holding it) changes nothing the job reads. What does
+    not exist yet the job creates, with no write bit for group or others, and
+    checks again.
     """
     resolved = Path(os.path.realpath(path))
     uid = _uid()
@@ -186,6 +189,7 @@ def check_directory(path: Path, *, where: str) -> None:
         if writable and not info.st_mode & stat.S_ISVTX:
             why = f"writable by group or others without the sticky bit ({mode})"
             raise SharedCacheError(_foreign(path, current, where, why))
+    return resolved
 
 
 def _foreign(path: Path, current: Path, where: str, why: str) -> str:
