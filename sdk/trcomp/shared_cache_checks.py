@@ -79,10 +79,15 @@ def check_shared_cache(
             "or an s3:// or redis:// shared_cache"
         )
     elif location.kind == "s3":
-        _check_bucket(location.bucket, boto_session, config.shared_cache_timeout_s)
+        env = environment or {}
+        keyed = bool(env.get(KEY_ENV) or env.get(KEY_SECRET_ENV))
+        timeout_s = config.shared_cache_timeout_s
+        _check_bucket(location.bucket, location.prefix, boto_session, timeout_s, keyed=keyed)
 
 
-def _check_bucket(bucket: str, boto_session: Any, timeout_s: float) -> None:
+def _check_bucket(
+    bucket: str, prefix: str, boto_session: Any, timeout_s: float, *, keyed: bool
+) -> None:
     import boto3
     from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError
@@ -95,7 +100,9 @@ def _check_bucket(bucket: str, boto_session: Any, timeout_s: float) -> None:
         where = "before the job started"
         check_bucket_owner(s3, bucket, account, where=where)
         s3control = session.client("s3control", config=limits)
-        check_bucket_private(s3, bucket, account, where=where, s3control=s3control)
+        check_bucket_private(
+            s3, bucket, account, where=where, keyed=keyed, prefix=prefix, s3control=s3control
+        )
     except (ClientError, BotoCoreError) as exc:
         raise SharedCacheError(
             f"cannot check who owns the shared_cache bucket {bucket!r}: {exc}. The job needs "

@@ -273,3 +273,35 @@ def test_local_directories_are_checked_where_they_can_be_used(moto, role, tmp_pa
     estimator = _estimator(tmp_path, role, f"file://{tmp_path}/cache", "local")
     with pytest.raises(LocalModeError, match="Docker local mode does not mount"):
         estimator.fit(job_name="docker-dir")
+
+
+def test_a_bucket_another_account_may_write_needs_a_key_before_the_job(moto, role, tmp_path):
+    """All four Block Public Access settings on, and a policy letting another account put
+    objects: refused at fit() for a job without a key, submitted with one."""
+    import boto3
+
+    s3 = boto3.client("s3")
+    create_bucket("cross-account-cache")
+    statement = {
+        "Effect": "Allow",
+        "Principal": {"AWS": f"arn:aws:iam::{OTHER_ACCOUNT}:root"},
+        "Action": "s3:PutObject",
+        "Resource": "arn:aws:s3:::cross-account-cache/*",
+    }
+    s3.put_bucket_policy(
+        Bucket="cross-account-cache", Policy=json.dumps({"Statement": [statement]})
+    )
+    flags = ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
+    s3.put_public_access_block(
+        Bucket="cross-account-cache", PublicAccessBlockConfiguration=dict.fromkeys(flags, True)
+    )
+    uri = "s3://cross-account-cache/c"
+    before = len(moto.json_requests("CreateTrainingJob"))
+    with pytest.raises(SharedCacheError, match="before the job started") as caught:
+        _estimator(tmp_path, role, uri, "ml.g5.xlarge").fit(wait=False)
+    assert f"arn:aws:iam::{OTHER_ACCOUNT}:root" in str(caught.value)
+    assert "Set a key" in str(caught.value) and "lock the bucket" in str(caught.value)
+    assert len(moto.json_requests("CreateTrainingJob")) == before
+    keyed = {"TRCOMP_SHARED_CACHE_KEY_SECRET": SECRET_ARN}
+    _estimator(tmp_path, role, uri, "ml.g5.xlarge", environment=keyed).fit(wait=False)
+    assert len(moto.json_requests("CreateTrainingJob")) == before + 1

@@ -149,7 +149,10 @@ def _open_and_read(
     """The read of the shared cache, in the budget's thread; every change through a commit."""
     key = signing_key(environ, timeout_s=cache.timeout_s)
     try:
-        store = open_store(cache.location, cache.compat.key, environ, timeout_s=cache.timeout_s)
+        store = open_store(
+            cache.location, cache.compat.key, environ, keyed=key is not None,
+            timeout_s=cache.timeout_s,
+        )  # fmt: skip
     except SharedCacheError:
         raise
     # Broad on purpose: boto3 (no credentials, no network) or the file system; the

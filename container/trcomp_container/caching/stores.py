@@ -198,7 +198,13 @@ class S3Store:
     """Entries as objects under ``s3://<bucket>/<prefix>/<key>/``, with the job's credentials."""
 
     def __init__(
-        self, location: SharedCacheLocation, key: str, region: str | None, timeout_s: float
+        self,
+        location: SharedCacheLocation,
+        key: str,
+        region: str | None,
+        timeout_s: float,
+        *,
+        keyed: bool,
     ) -> None:
         import boto3
 
@@ -213,7 +219,13 @@ class S3Store:
         self.where = f"s3://{self.bucket}/{self.prefix}"
         check_bucket_owner(self.s3, self.bucket, self.account, where="in the job")
         check_bucket_private(
-            self.s3, self.bucket, self.account, where="in the job", s3control=s3control
+            self.s3,
+            self.bucket,
+            self.account,
+            where="in the job",
+            keyed=keyed,
+            prefix=location.prefix,
+            s3control=s3control,
         )
 
     def names(self) -> list[Listed]:
@@ -259,12 +271,20 @@ class S3Store:
 
 
 def open_store(
-    location: SharedCacheLocation, key: str, environ: Mapping[str, str], *, timeout_s: float = 5.0
+    location: SharedCacheLocation,
+    key: str,
+    environ: Mapping[str, str],
+    *,
+    keyed: bool,
+    timeout_s: float = 5.0,
 ) -> Store:
-    """The store of ``location`` for the compatibility set ``key``; each call ``timeout_s``."""
+    """The store of ``location`` for the compatibility set ``key``; each call ``timeout_s``.
+
+    ``keyed``: whether the job has a signing key; a bucket others may write is refused
+    to a job without one."""
     if location.kind == "s3":
         region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
-        return S3Store(location, key, region, timeout_s)
+        return S3Store(location, key, region, timeout_s, keyed=keyed)
     if location.kind == "file":
         return DirectoryStore(Path(location.path) / key)
     raise ValueError(f"{location.kind}:// keeps no entries of its own (inductor talks to it)")

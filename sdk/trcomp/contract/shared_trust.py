@@ -6,7 +6,8 @@ refused when anyone but the job's team could write it:
 - an S3 bucket must be of the job's account
   (:func:`~trcomp.contract.shared_cache.check_bucket_owner`) and private
   (:func:`check_bucket_private`: Block Public Access, or else neither a public
-  policy nor a public ACL that the account's Block Public Access leaves in force);
+  policy nor a public ACL that the account's Block Public Access leaves in force),
+  and for a job without a key no write grant to anyone outside the account;
 - a ``file://`` directory must be this user's and writable by no one else,
   and so must every directory above it (root's, or sticky like ``/tmp``, also
   do): :func:`check_directory`.
@@ -23,6 +24,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from trcomp.contract.bucket_grants import PUBLIC_GROUPS, acl_writers, policy_writers
 from trcomp.contract.errors import SharedCacheError
 from trcomp.contract.shared_cache import error_code
 
@@ -30,34 +32,45 @@ __all__ = ["check_bucket_private", "check_directory"]
 
 
 _BLOCK_FLAGS = ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
-_PUBLIC_GRANTEES = (
-    "http://acs.amazonaws.com/groups/global/AllUsers",
-    "http://acs.amazonaws.com/groups/global/AuthenticatedUsers",
-)
 _NO_CONFIG = ("NoSuchPublicAccessBlockConfiguration", "NoSuchBucketPolicy")
 
 
 def check_bucket_private(
-    s3: Any, bucket: str, account: str, *, where: str, s3control: Any = None
+    s3: Any,
+    bucket: str,
+    account: str,
+    *,
+    where: str,
+    keyed: bool,
+    prefix: str = "",
+    s3control: Any = None,
 ) -> None:
     """Refuse ``bucket`` when people outside ``account`` may be let in by a policy or an ACL.
 
-    Passes at once when the bucket's Block Public Access settings are all on
-    (S3's default for new buckets). Otherwise S3's own verdict on the bucket
-    policy (GetBucketPolicyStatus) must not be public, and the ACL must grant
-    nothing to AllUsers or AuthenticatedUsers (any AWS account). S3 enforces the
-    stricter of the bucket's and the account's settings, so a public policy is
-    harmless when either has ``RestrictPublicBuckets`` and a public ACL when
-    either has ``IgnorePublicAcls``; the account's (S3 Control
-    GetPublicAccessBlock, through ``s3control``) are read only when the bucket's
-    own facts would refuse it, and when they cannot be read (no ``s3control``,
-    denied, unreachable) the bucket's facts decide. ``s3`` and ``s3control`` are
-    boto3 clients of the caller, with timeouts; ``where`` names the caller in
-    the message.
+    For every job: passes at once when the bucket's Block Public Access settings
+    are all on (S3's default for new buckets) and the job has a key (``keyed``).
+    Otherwise S3's own verdict on the bucket policy (GetBucketPolicyStatus) must
+    not be public, and the ACL must grant nothing to AllUsers or
+    AuthenticatedUsers (any AWS account). S3 enforces the stricter of the
+    bucket's and the account's settings, so a public policy is harmless when
+    either has ``RestrictPublicBuckets`` and a public ACL when either has
+    ``IgnorePublicAcls``; the account's (S3 Control GetPublicAccessBlock, through
+    ``s3control``) are read only when the bucket's own facts would refuse it, and
+    when they cannot be read (no ``s3control``, denied, unreachable) the bucket's
+    facts decide.
+
+    For a job without a key, which cannot tell its team's entries from others',
+    also: no write grant in the bucket policy (GetBucketPolicy) or the ACL to
+    anyone outside ``account`` for the cache's ``prefix``, public or not, with all
+    four settings on or not (:mod:`trcomp.contract.bucket_grants`).
+
+    ``s3`` and ``s3control`` are boto3 clients of the caller, with timeouts;
+    ``where`` names the caller in the message.
     """
     block = _call(s3.get_public_access_block, bucket, account, where, "GetBucketPublicAccessBlock")
     flags = block.get("PublicAccessBlockConfiguration", {}) if block else {}
-    if all(flags.get(flag) for flag in _BLOCK_FLAGS):
+    all_on = all(flags.get(flag) for flag in _BLOCK_FLAGS)
+    if all_on and keyed:
         return
     account_block = _AccountBlock(s3control, account)
     status = _call(s3.get_bucket_policy_status, bucket, account, where, "GetBucketPolicyStatus")
@@ -66,14 +79,27 @@ def check_bucket_private(
     if public_policy and not flags.get(restrict) and not account_block.on(restrict):
         why = "its bucket policy is public"
         raise SharedCacheError(_public(bucket, where, why, account_block.unread))
-    if flags.get("IgnorePublicAcls"):
-        return
     acl = _call(s3.get_bucket_acl, bucket, account, where, "GetBucketAcl") or {}
-    for grant in acl.get("Grants", []):
+    for grant in [] if all_on or flags.get("IgnorePublicAcls") else acl.get("Grants", []):
         grantee = grant.get("Grantee", {}).get("URI", "")
-        if grantee in _PUBLIC_GRANTEES and not account_block.on("IgnorePublicAcls"):
+        if grantee in PUBLIC_GROUPS and not account_block.on("IgnorePublicAcls"):
             why = f"its ACL grants {grantee.rsplit('/', 1)[-1]} access"
             raise SharedCacheError(_public(bucket, where, why, account_block.unread))
+    if keyed:
+        return
+    policy = _call(s3.get_bucket_policy, bucket, account, where, "GetBucketPolicy")
+    owner_id = acl.get("Owner", {}).get("ID")
+    restricted = public_policy  # a public policy is still here only where RestrictPublicBuckets is
+    reasons = policy_writers(
+        str(policy.get("Policy") or "{}"),
+        bucket=bucket, prefix=prefix, account=account, owner_id=owner_id, restricted=restricted,
+    )  # fmt: skip
+    ignored = flags.get("IgnorePublicAcls")
+    reasons += acl_writers(
+        acl, public_ignored=lambda: bool(ignored) or account_block.on("IgnorePublicAcls")
+    )
+    if reasons:
+        raise SharedCacheError(_other_writers(bucket, where, reasons))
 
 
 class _AccountBlock:
@@ -122,9 +148,22 @@ def _call(method: Any, bucket: str, account: str, where: str, action: str) -> di
                 f"cannot check whether the shared_cache bucket {bucket!r} is public ({where}): "
                 f"these credentials may not call s3:{action} on it. A compile cache is code, so "
                 f"trcomp reads only buckets it can see are private: allow s3:{action} "
-                "(and s3:GetBucketPublicAccessBlock, s3:GetBucketPolicyStatus, s3:GetBucketAcl)."
+                "(and s3:GetBucketPublicAccessBlock, s3:GetBucketPolicyStatus, s3:GetBucketAcl; "
+                "s3:GetBucketPolicy for a job without a key)."
             ) from None
         raise
+
+
+def _other_writers(bucket: str, where: str, reasons: list[str]) -> str:
+    shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+    return (
+        f"shared_cache bucket {bucket!r} may be written by others than its account ({shown}), "
+        f"and this job has no key to tell their entries from its team's, so trcomp refuses it "
+        f"({where}): a compile cache is code that every job reading it runs. Set a key "
+        "(TRCOMP_SHARED_CACHE_KEY_SECRET, a Secrets Manager ARN, on SageMaker; "
+        "TRCOMP_SHARED_CACHE_KEY in local modes), or lock the bucket: remove those grants so "
+        "that only your account may write it."
+    )
 
 
 def _public(bucket: str, where: str, why: str, account_unread: str) -> str:
