@@ -35,6 +35,8 @@ def _count(record: RankRecord) -> tuple[int, str]:
     return (int(record.compile.graphs) if record.compile is not None else 0), "graph"
 
 
+_SECONDS = "\x00seconds"
+"""Where a verification text gets its seconds, once its module's group is known."""
 _AOT_TEXT = {
     "loaded": ", loaded from an ahead-of-time artifact",
     "saved": ", compiled ahead of time and saved for the next job",
@@ -69,7 +71,7 @@ def compiled_text(records: Sequence[RankRecord], backend: str | None) -> str:
     record = records[0]
     count, noun = _count(record)
     auto = record.autocompile
-    parts = []
+    described = []
     for entry in auto.modules if auto is not None else []:
         if entry.failed:
             how = "failed, ran eager"
@@ -82,7 +84,8 @@ def compiled_text(records: Sequence[RankRecord], backend: str | None) -> str:
         if entry.regional:
             how += f", regional: {entry.regional}"
         how += _AOT_TEXT.get(entry.aot.path if entry.aot is not None else "", "")
-        parts.append(f"{entry.module} ({how})")
+        described.append((entry, how))
+    parts = [f"{who} ({how})" for who, how in map(_who, _groups(described))]
     if auto is not None:
         parts.extend(f"{name} (by the script)" for name in auto.script_compiled)
     who = ", ".join(parts) if parts else None
@@ -95,11 +98,11 @@ def verified_text(records: Sequence[RankRecord]) -> str | None:
     """What checking compiled modules against eager found and cost (rank 0's view, where the
     ranks agreed); None when nothing was checked."""
     auto = records[0].autocompile if records else None
-    parts = []
+    described = []
     for entry in auto.modules if auto is not None else []:
         if not entry.verified_calls:
             continue
-        cost = f"{_plural(entry.verified_calls, 'call')} run both ways, {entry.verify_s:.1f} s"
+        cost = f"{_plural(entry.verified_calls, 'call')} run both ways, {_SECONDS}"
         if entry.rechecks:
             cost += f"; {_plural(entry.rechecks, 'later graph')} checked too"
         if entry.unchecked_graphs:
@@ -108,13 +111,45 @@ def verified_text(records: Sequence[RankRecord]) -> str | None:
                 "(one rank checking alone would run the module's collectives twice)"
             )
         if entry.verified:
-            parts.append(f"{entry.module} matched eager ({cost})")
+            outcome = f"matched eager ({cost})"
         elif entry.verified is False:
             why = (entry.failed or "").removeprefix("verification: ")
-            parts.append(f"{entry.module} kept eager ({cost}): {why}")
+            outcome = f"kept eager ({cost}): {why}"
         else:
-            parts.append(f"{entry.module} not decided ({cost}; the job ended during its check)")
+            outcome = f"not decided ({cost}; the job ended during its check)"
+        described.append((entry, outcome))
+    parts = []
+    for group in _groups(described):
+        who, outcome = _who(group)
+        seconds = f"{sum(entry.verify_s for entry, _ in group):.1f} s"
+        if len(group) > 1:
+            outcome = outcome.replace(" run both ways", " each run both ways", 1)
+            seconds += " in all"
+        parts.append(f"{who} {outcome.replace(_SECONDS, seconds, 1)}")
     return "; ".join(parts) or None
+
+
+def _groups(described: list[tuple[Any, str]]) -> list[list[tuple[Any, str]]]:
+    """Runs of FSDP2 blocks of one model with the same text, each run one group."""
+    groups: list[list[tuple[Any, str]]] = []
+    for entry, text in described:
+        last = groups[-1][-1] if groups else None
+        if (
+            last is not None
+            and entry.block_of
+            and (last[0].block_of, last[1]) == (entry.block_of, text)
+        ):
+            groups[-1].append((entry, text))
+        else:
+            groups.append([(entry, text)])
+    return groups
+
+
+def _who(group: list[tuple[Any, str]]) -> tuple[str, str]:
+    """(who, text) of a group: ``3 FSDP2 blocks of Net`` for a run of blocks."""
+    entry, text = group[0]
+    who = entry.module if len(group) == 1 else f"{len(group)} FSDP2 blocks of {entry.block_of}"
+    return who, text
 
 
 def nothing_compiled(

@@ -126,6 +126,15 @@ MUST_HOLD = {
     "evaluation.py": lambda record: (
         record["compile"]["graphs"] >= 2 and record["autocompile"]["modules"][0]["rechecks"] >= 1
     ),
+    # FSDP2: each sharded block compiled inside FSDP's hooks and checked; the root left to FSDP.
+    "fsdp2_two_ranks.py": lambda record: (
+        [m["module"] for m in record["autocompile"]["modules"]]
+        == [f"FSDPNet.blocks.{index}" for index in range(3)]
+        and all(
+            m["block_of"] == "FSDPNet" and m["verified"] and m["ran_compiled"]
+            for m in record["autocompile"]["modules"]
+        )
+    ),
     # Trainer's own compile, turned on by trcomp: every step counted, no recompile.
     "hf_trainer_tiny.py": lambda record: (
         record["autocompile"]["script_compiled"] == ["GPT2LMHeadModel"]

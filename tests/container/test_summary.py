@@ -200,3 +200,32 @@ def test_a_module_whose_graphs_hold_none_of_its_computation_is_not_called_compil
     assert "recompile_limit (8) in <lambda> (train.py:24)" in hooked_warning
     assert "a Python value" in hooked_warning  # the real cause, not the input shapes
     assert inside_warning.startswith("Net was compiled, but dynamo hit its recompile_limit")
+
+
+def test_the_summary_names_fsdp2_blocks_of_one_model_as_one_group():
+    def block(index: int, **more) -> dict:
+        return {
+            "module": f"FSDPNet.blocks.{index}",
+            "parameters": 304,
+            "calls": 9,
+            "ran_compiled": True,
+            "verified": True,
+            "verified_calls": 2,
+            "verify_s": 1.0,
+            "block_of": "FSDPNet",
+            **more,
+        }
+
+    failed = {"failed": "verification: output 0 differs", "ran_compiled": False, "verified": False}
+    auto = {"modules": [block(0), block(1), block(2), block(3, **failed)]}
+    summary = build_summary(
+        [record(0, 30, [0.1] * 10, autocompile=auto)], job={"backend": "inductor"}
+    )
+    assert summary["compiled"] == (
+        "3 FSDP2 blocks of FSDPNet (by trcomp, no code change), "
+        "FSDPNet.blocks.3 (failed, ran eager); 3 graphs"
+    )
+    assert summary["verified"] == (
+        "3 FSDP2 blocks of FSDPNet matched eager (2 calls each run both ways, 3.0 s in all); "
+        "FSDPNet.blocks.3 kept eager (2 calls run both ways, 1.0 s): output 0 differs"
+    )

@@ -41,6 +41,7 @@ Standard library only at import; torch is passed in.
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from collections.abc import Callable
@@ -49,11 +50,12 @@ from typing import Any
 
 from trcomp._version import __version__
 from trcomp.runtime import regions
-from trcomp.runtime.regions import compile_in_place
-from trcomp_container.inprocess import torch_compat
+from trcomp.runtime.regions import RegionalCall, compile_in_place
+from trcomp_container.inprocess import fsdp, torch_compat
 from trcomp_container.inprocess.aot import AotCall, unsupported_reason
 from trcomp_container.inprocess.calls import MAX_CHECKED_CALLS, adopt, guarded_call, traced_call
 from trcomp_container.inprocess.compiled import (
+    CODE_NAME,
     LIMIT_LOGGER,
     REASON_CHARS,
     CompiledModule,
@@ -140,6 +142,8 @@ class AutoCompile:
         self._seen: set[int] = set()
         self.codes: dict[str, CompiledModule] = {}
         self._rounds = 0
+        self._block_forward: dict[Any, Callable[..., Any]] = {}
+        """FSDP2 blocks: one compiled forward per block class (:func:`.fsdp.shared_forward`)."""
         self.steps = 0
         """Optimizer steps of the job's first optimizer seen so far."""
 
@@ -323,7 +327,11 @@ class AutoCompile:
         if inner is not None:
             module, name = inner, f"{name}({type(inner).__name__})"
         self._supersede(module)
-        self._compile(module, name)
+        sharded = fsdp.blocks(module)
+        for path, block in sharded:
+            self._compile_block(block, f"{name}.{path}", name)
+        if not sharded:
+            self._compile(module, name)
 
     def _supersede(self, module: Any) -> None:
         """Take back the hook's compile of submodules of ``module``: the trained model is the
@@ -389,6 +397,50 @@ class AutoCompile:
             _call_change(entry, module),
             lambda: torch_compat.set_compiled_call_impl(module, before),
         )
+
+    def _compile_block(self, block: Any, name: str, model: str) -> None:
+        """Compile an FSDP2 block's ``forward`` in place (:mod:`.fsdp`): FSDP's hooks run eager
+        around it, and every block of its class shares one traced function."""
+        entry = CompiledModule(name, sum(p.numel() for p in block.parameters()), block_of=model)
+        entry.eager = block.forward  # the class's, or one the script set on the instance
+        self.compiled.append(entry)
+        cls = type(block)
+        try:
+            if "forward" in vars(block):  # the script's own forward on this one block
+                traced = traced_call(self, block, entry)
+                compiled = self.torch.compile(traced, **self.compile_kwargs)
+            else:
+                if cls not in self._block_forward:
+                    code_name = CODE_NAME.format(len(self.codes))
+                    self.codes[code_name] = entry
+                    self._block_forward[cls] = fsdp.shared_forward(
+                        self.torch, cls, code_name, self._block_ran_eager, self.compile_kwargs
+                    )
+                compiled = functools.partial(self._block_forward[cls], block)
+        except Exception as exc:  # any compile-setup error: the block stays eager, named
+            entry.failed = f"{type(exc).__name__}: {exc}"[:REASON_CHARS]
+            return
+        entry.call = RegionalCall(compiled, [], self.torch)
+        if self.aot_dir is not None:
+            entry.aot_off = "an FSDP2 block, compiled inside FSDP's hooks: no ahead-of-time graph"
+        entry.checking = self.verify
+        own = vars(block).get("forward")
+        block.forward = self._guarded(block, entry.call, entry)
+        self._modules[id(block)] = entry
+
+        def undo() -> None:
+            if own is None:
+                vars(block).pop("forward", None)
+            else:
+                block.forward = own
+
+        self._ledger.record(_call_change(entry, block), undo)
+
+    def _block_ran_eager(self, block: Any) -> None:
+        entry = self._modules.get(id(block))
+        if entry is not None:
+            entry.eager_calls += 1
+            entry.last_call_eager = True
 
     @property
     def aot_graphs(self) -> int:

@@ -5,6 +5,7 @@ Part of the zero-code path (:mod:`.autocompile`); standard library only at impor
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -57,7 +58,7 @@ def guarded_call(
         nonlocal compiled, grads
         # torch.jit.trace of the model (an export after training) records eager ops.
         if entry.failed is not None or owner.mode.hook_eager or torch.jit.is_tracing():
-            return module._call_impl(*args, **kwargs)
+            return entry.run_eager(module, *args, **kwargs)
         now = trained(module)
         if now != grads:
             grads, compiled = now, recompiled_call(owner, module, entry, compiled)
@@ -93,7 +94,7 @@ def guarded_call(
             owner.depth = max(0, owner.depth - 1)
             owner.running = None
         if out is _FAILED:
-            return module._call_impl(*args, **kwargs)
+            return entry.run_eager(module, *args, **kwargs)
         if owner.verify and torch_compat.unique_graphs() != graphs:
             return _new_graph(owner, module, compiled, entry, (args, kwargs), saved, out)
         return out
@@ -174,16 +175,17 @@ def _checked(
     owner.depth += 1
     owner.running = entry
     try:
+        eager = functools.partial(entry.run_eager, module)
         if census:
-            verdict.problem = unrolled_loop(owner.torch, module, args, kwargs)
+            verdict.problem = unrolled_loop(owner.torch, module, eager, args, kwargs)
         if failed or verdict.problem:
             if ran is not None:
                 put_back(owner.torch, module, ran[0])
-            return module._call_impl(*args, **kwargs)
+            return eager(*args, **kwargs)
         return verify_call(
             owner.torch,
             module,
-            compiled,
+            (compiled, eager),
             args,
             kwargs,
             verdict=verdict,
@@ -238,7 +240,7 @@ def traced_call(owner: AutoCompile, module: Any, entry: CompiledModule) -> Calla
         if not is_compiling():  # folded to False in compiled code: runs only eager
             entry.eager_calls += 1
             entry.last_call_eager = True
-        return module._call_impl(*args, **kwargs)
+        return entry.run_eager(module, *args, **kwargs)
 
     code_name = CODE_NAME.format(len(owner.codes))
     owner.codes[code_name] = entry

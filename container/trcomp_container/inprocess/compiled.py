@@ -80,6 +80,17 @@ class CompiledModule:
     """New graphs checked after its first check (a new input shape, mode or grad mode)."""
     unchecked_graphs: int = 0
     """New graphs after its first check that ran unchecked (a job of several ranks)."""
+    block_of: str | None = None
+    """The model it is a block of, when compiled block by block (FSDP2: :mod:`.fsdp`)."""
+    eager: Callable[..., Any] | None = field(default=None, repr=False)
+    """What runs the module eager: its ``_call_impl`` (None), or, for a block compiled
+    inside FSDP2's hooks, its own ``forward`` (the hooks run around it either way)."""
+
+    def run_eager(self, module: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run ``module``'s call eager (:attr:`eager`)."""
+        if self.eager is not None:
+            return self.eager(*args, **kwargs)
+        return module._call_impl(*args, **kwargs)
 
     @property
     def ran_aot(self) -> bool:
@@ -120,6 +131,7 @@ class CompiledModule:
             "verify_s": round(self.verify_s, 4),
             "rechecks": self.rechecks,
             "unchecked_graphs": self.unchecked_graphs,
+            "block_of": self.block_of,
             "aot": self.aot.state.as_dict()
             if self.aot is not None
             else (None if self.aot_off is None else {"path": "off", "reason": self.aot_off}),

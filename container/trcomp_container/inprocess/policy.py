@@ -8,7 +8,7 @@ A module called at the outermost level is compiled, in place, when it is
 - not compiled by the script itself (``torch.compile(model)``,
   ``model.compile()``, ``trcomp.runtime.compile``, HF Trainer/Accelerate),
 - not wrapped in ``nn.DataParallel`` (its replicas would all run the original
-  module's compiled code).
+  module's compiled code) nor sharded with FSDP1 (:mod:`.fsdp`).
 
 Pure functions of the module and torch; standard library only at import.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trcomp_container.inprocess import torch_compat
+from trcomp_container.inprocess import fsdp, torch_compat
 from trcomp_container.inprocess.speedup.key import module_signature
 
 __all__ = ["REENTRANT", "SCRIPT_COMPILED", "candidate_reason", "module_signature", "wrapped_by_ddp"]
@@ -45,6 +45,9 @@ def candidate_reason(module: Any, torch: Any, ours: frozenset[int] = frozenset()
             "compiled code: left eager. Use one process per GPU "
             "(distribution={'torch_distributed': {'enabled': True}}) to compile it"
         )
+    sharded = fsdp.fsdp1_reason(module)
+    if sharded is not None:
+        return sharded
     if not module.training:
         return "eval mode"
     if not torch.is_grad_enabled():

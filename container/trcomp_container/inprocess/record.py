@@ -224,6 +224,8 @@ class ModuleReport(_Flat):
     """New graphs checked after its first check (a new input shape, mode or grad mode)."""
     unchecked_graphs: int = 0
     """New graphs after its first check that ran unchecked (a job of several ranks)."""
+    block_of: str | None = None
+    """The model it is a block of, when compiled block by block (FSDP2 blocks)."""
     aot: ModuleAot | None = None
 
     @classmethod

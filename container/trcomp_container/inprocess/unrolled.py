@@ -18,6 +18,7 @@ plain tensor operations with no module in it is not seen.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from trcomp_container.inprocess.verify import put_back, state_of
@@ -29,11 +30,16 @@ MAX_REPEATS = 64
 
 
 def unrolled_loop(
-    torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    torch: Any,
+    module: Any,
+    eager: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> str | None:
     """Why compiling ``module`` would unroll a long loop; None when nothing says so.
 
-    Runs ``module``'s forward once (output dropped; buffers and random state put back).
+    Runs ``module``'s forward once through ``eager`` (its call, eager; output dropped;
+    buffers and random state put back).
     An error of that run is left to the call that follows, which raises it or not.
     """
     counts: dict[int, int] = {}
@@ -47,7 +53,7 @@ def unrolled_loop(
         # In the call's own grad mode: under autocast, a forward without gradients
         # would leave weight casts without a graph in autocast's cache, which the
         # script's forward in the same region then reuses (no gradient reaches them).
-        module._call_impl(*args, **kwargs)
+        eager(*args, **kwargs)
     except Exception:  # the real call runs next: its error, if any, is the script's
         return None
     finally:

@@ -68,7 +68,7 @@ class Verdict:
 def verify_call(
     torch: Any,
     module: Any,
-    compiled: Callable[..., Any],
+    calls: tuple[Callable[..., Any], Callable[..., Any]],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     *,
@@ -79,6 +79,8 @@ def verify_call(
 ) -> Any:
     """Run ``module``'s call both ways; return eager's output and fill in ``verdict``.
 
+    ``calls``: (the compiled call, the eager call) of ``module``.
+
     ``compare_random``: False (``fast_random``) checks a module that draws random numbers
     only for running, since its values cannot match.
     ``catch``: an error of the compiled side is a verdict (``fallback="eager"``); False
@@ -86,6 +88,7 @@ def verify_call(
     ``ran``: the compiled side's forward already ran: (:func:`state_of` before it, its
     output); its backward and the eager side run here.
     """
+    compiled, eager = calls
     params = [param for param in module.parameters() if param.requires_grad]
     before = state_of(torch, module) if ran is None else ran[0]
     compiled_side: tuple[list[Any], list[Any] | None, list[Any], Any] | None = None
@@ -105,7 +108,7 @@ def verify_call(
         verdict.problem = _short(f"the compiled module failed: {type(exc).__name__}: {exc}")
     finally:
         put_back(torch, module, before)
-    out = module._call_impl(*args, **kwargs)
+    out = eager(*args, **kwargs)
     flat = list(tensors(out))
     _watch_double_backward(torch, flat, verdict)
     if compiled_side is None:

@@ -61,6 +61,7 @@ MODULE = {
     "verify_s": 0.5,
     "rechecks": 1,
     "unchecked_graphs": 0,
+    "block_of": None,
     "aot": AOT_SAVED,
 }
 AUTOCOMPILE = {

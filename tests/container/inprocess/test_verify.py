@@ -252,7 +252,8 @@ def test_a_loop_that_would_unroll_into_one_huge_graph_is_never_compiled():
     assert torch_compat.unique_graphs() == graphs  # seen before dynamo traced anything
     assert losses == pytest.approx(eager, abs=1e-6)
     # A forward that calls it fewer times is compiled as before.
-    assert unrolled_loop(torch, Net(), (torch.randn(2, 4),), {}) is None
+    net = Net()
+    assert unrolled_loop(torch, net, net._call_impl, (torch.randn(2, 4),), {}) is None
 
 
 @pytest.mark.slow
