@@ -157,18 +157,29 @@ def test_a_redis_that_refuses_connections_leaves_the_remote_caches_off(tmp_path)
     assert "ConnectionError" in cache.warnings[0]
 
 
-def _round_trip_through_inductors_backend(url: str) -> None:
-    """Inductor's own Redis backend (what the user's process builds) stores and reads
-    an entry through ``url``."""
-    from torch._inductor.remote_cache import RedisRemoteCacheBackend
+def _round_trip_through_inductors_backend(environment: dict[str, str]) -> None:
+    """Inductor's own Redis backend, guarded as the start-up hook guards it in the user's
+    process, stores and reads an entry with the job's variables (``environment``)."""
+    from torch._inductor import remote_cache
 
-    os.environ["TORCHINDUCTOR_REDIS_URL"] = url
+    from trcomp_container.inprocess.patches import redis_backend
+
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
+    warned: list[str] = []
+    undo = redis_backend.install(remote_cache, redis_backend.RedisGuard(warned.append))
+    assert undo is not None
     try:
-        backend = RedisRemoteCacheBackend("trcomp-test")
+        backend = remote_cache.RedisRemoteCacheBackend("trcomp-test")
         backend.put("pt2:trcomp-test", b"compiled")
-        assert backend.get("pt2:trcomp-test") == b"compiled"
+        assert backend.get("pt2:trcomp-test") == b"compiled", warned
     finally:
-        del os.environ["TORCHINDUCTOR_REDIS_URL"]
+        undo()
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 @contextlib.contextmanager
@@ -249,7 +260,8 @@ def test_a_remote_job_reads_a_tls_redis_with_the_password_from_its_environment(t
     assert url.startswith("rediss://") and "socket_timeout=" in url
     assert PASSWORD not in str(cache.facts) and PASSWORD not in cache.location.shown
 
-    _round_trip_through_inductors_backend(url)
+    assert PASSWORD not in url and cache.environment["TRCOMP_REDIS_PASSWORD"] == PASSWORD
+    _round_trip_through_inductors_backend(cache.environment)
     assert _open(tls_redis.url, tmp_path / "b", environ=environ, timeout_s=30).warm is True
 
     # The same server under another name: its certificate names 127.0.0.1 only, so the
@@ -258,6 +270,24 @@ def test_a_remote_job_reads_a_tls_redis_with_the_password_from_its_environment(t
     other_name = tls_redis.url.replace("127.0.0.1", "localhost")
     cache = _open(other_name, tmp_path / "c", remote_job=True, environ=environ, timeout_s=30)
     assert cache.facts["remote_cache"] is False and "localhost" in cache.warnings[0]
+
+
+def test_the_redis_password_is_in_no_variable_torch_writes_into_its_repro_scripts(
+    tls_redis, tmp_path, monkeypatch
+):
+    """torch writes every variable whose name holds TORCH, INDUCTOR, DYNAMO or TRITON into
+    its repro scripts (fx_graph_runnable.py with debug=True): the job's variables, as its
+    training processes get them, leave the password out of all of those."""
+    from torch._dynamo.debug_utils import generate_env_vars_string
+
+    environ = {"TRCOMP_REDIS_PASSWORD": PASSWORD, "TRCOMP_REDIS_CA_CERTS": tls_redis.ca_certs}
+    cache = _open(tls_redis.url, tmp_path / "live", remote_job=True, environ=environ, timeout_s=30)
+    assert cache.facts["remote_cache"] is True, cache.warnings
+    for name, value in cache.environment.items():
+        monkeypatch.setenv(name, value)
+    dumped = generate_env_vars_string()
+    assert "TORCHINDUCTOR_REDIS_URL" in dumped and PASSWORD not in dumped  # in it before
+    _round_trip_through_inductors_backend(cache.environment)  # the guard gives the password
 
 
 def test_a_local_jobs_plain_redis_turns_inductors_remote_caches_on(tmp_path):
@@ -269,7 +299,7 @@ def test_a_local_jobs_plain_redis_turns_inductors_remote_caches_on(tmp_path):
         assert cache.facts["kind"] == "redis" and cache.warm is False  # nothing stored yet
         url = cache.environment["TORCHINDUCTOR_REDIS_URL"]
         assert url.startswith("redis://") and "socket_timeout=" in url
-        _round_trip_through_inductors_backend(url)
+        _round_trip_through_inductors_backend(cache.environment)
         assert _open(server.url, tmp_path / "b", timeout_s=30).warm is True
 
 

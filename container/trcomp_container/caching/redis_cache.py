@@ -3,8 +3,13 @@
 Inductor (torch 2.9) reads and writes Redis itself while the job compiles
 (FX graph, AOTAutograd, autotune, bundled autotune, dynamo PGO), through one
 ``TORCHINDUCTOR_REDIS_URL``. The entrypoint builds that URL in the job, never
-in the hyperparameters: the password from :data:`REDIS_PASSWORD_ENV` or a
-Secrets Manager secret, socket timeouts (redis-py's default waits forever in
+in the hyperparameters, and never with the password: torch writes every
+variable whose name holds TORCH, INDUCTOR, DYNAMO or TRITON into its repro
+scripts (``fx_graph_runnable.py``, ``debug=True``). The password, from
+:data:`REDIS_PASSWORD_ENV` or a Secrets Manager secret, reaches the training
+processes as :data:`REDIS_PASSWORD_ENV`, and the start-up hook's Redis guard
+gives it to inductor's client (:mod:`trcomp_container.inprocess.patches.redis_backend`).
+The URL has socket timeouts (redis-py's default waits forever in
 older versions, and torch marks the cache unavailable only on connection
 errors), and the CA bundle of a ``rediss://`` server. Before it sets any
 ``TORCHINDUCTOR_*`` remote-cache variable it checks, within the budget, that
@@ -67,12 +72,18 @@ def redis_url(
 
 
 def redis_environment(
-    location: SharedCacheLocation, *, gpu: bool, url: str | None = None
+    location: SharedCacheLocation,
+    *,
+    gpu: bool,
+    url: str | None = None,
+    password: str | None = None,
 ) -> dict[str, str]:
     """Inductor's remote caches on Redis (torch 2.9 names; the image has ``redis``).
 
-    The autotune caches only on GPU hosts: they tune triton kernels, and on CPU
-    torch 2.9's bundled autotune cache fails every compile (no backend hash).
+    ``url`` carries no password (:func:`redis_url` with ``None``); ``password`` goes in
+    :data:`REDIS_PASSWORD_ENV`, a name torch neither reads nor writes into its repro
+    scripts. The autotune caches only on GPU hosts: they tune triton kernels, and on
+    CPU torch 2.9's bundled autotune cache fails every compile (no backend hash).
     """
     env = {
         "TORCHINDUCTOR_REDIS_URL": url or redis_url(location, None),
@@ -83,6 +94,8 @@ def redis_environment(
     if gpu:
         env["TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE"] = "1"
         env["TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE"] = "1"
+    if password:
+        env[REDIS_PASSWORD_ENV] = password
     return env
 
 
@@ -176,11 +189,11 @@ def open_redis(
             )
         )
 
-    def probe() -> tuple[str, bool]:
+    def probe() -> tuple[str | None, bool]:
         password = redis_password(environ, timeout_s=timeout_s)
         check_redis_trust(location, password=password, remote_job=remote_job, insecure=insecure)
-        url = redis_url(location, password, ca_certs=ca_certs(environ))
-        return url, redis_has_entries(url, timeout_s=min(timeout_s, _CALL_TIMEOUT_S))
+        url = redis_url(location, password, ca_certs=ca_certs(environ))  # this process only
+        return password, redis_has_entries(url, timeout_s=min(timeout_s, _CALL_TIMEOUT_S))
 
     try:
         done, answer = Budget(timeout_s, name="trcomp-shared-redis").run(probe)
@@ -207,9 +220,10 @@ def open_redis(
                 "remote caches and compiles cold",
             ),
         )
-    url, has_entries = answer
+    password, has_entries = answer
+    url = redis_url(location, None, ca_certs=ca_certs(environ))
     return RedisFound(
-        environment=redis_environment(location, gpu=gpu, url=url),
+        environment=redis_environment(location, gpu=gpu, url=url, password=password),
         remote_cache=True,
         warm=has_entries,
     )

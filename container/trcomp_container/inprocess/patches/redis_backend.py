@@ -10,17 +10,24 @@ Installed once, when ``torch._inductor.remote_cache`` is imported: the first
 never trips the per-read socket timeout), turns the remote cache off for the rest
 of the process, so the job waits one socket timeout (2 s, set in
 ``TORCHINDUCTOR_REDIS_URL``) or one deadline, and compiles on without it.
+
+The same wrappers give inductor's client the Redis password, from
+``TRCOMP_REDIS_PASSWORD`` (set by the entrypoint), before its first call:
+``TORCHINDUCTOR_REDIS_URL`` carries none, since torch writes the variables it
+reads into its repro scripts.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from trcomp.contract.shared_cache import REDIS_PASSWORD_ENV
 from trcomp_container.inprocess import torch_compat
 
 __all__ = ["CALL_DEADLINE_S", "RedisGuard", "install"]
@@ -35,10 +42,17 @@ class RedisGuard:
     """Whether a Redis error, or a call past its deadline, turned inductor's remote cache off
     in this process."""
 
-    def __init__(self, warn: Callable[[str], None], deadline_s: float = CALL_DEADLINE_S) -> None:
+    def __init__(
+        self,
+        warn: Callable[[str], None],
+        deadline_s: float = CALL_DEADLINE_S,
+        password: str | None = None,
+    ) -> None:
+        """``password``: the Redis password (default: ``TRCOMP_REDIS_PASSWORD``, read now)."""
         self.down = False
         self.deadline_s = deadline_s
         self._warn = warn
+        self._password = password or os.environ.get(REDIS_PASSWORD_ENV) or None
 
     def wrap(self, method: Callable[..., Any]) -> Callable[..., Any]:
         guard = self
@@ -47,6 +61,7 @@ class RedisGuard:
         def call(backend: Any, *args: Any, **kwargs: Any) -> Any:
             if guard.down:
                 return None  # a miss: compile, and do not wait on that Redis again
+            guard._authenticate(backend)
             outcome: dict[str, Any] = {}
 
             def work() -> None:
@@ -71,6 +86,16 @@ class RedisGuard:
             return None
 
         return call
+
+    def _authenticate(self, backend: Any) -> None:
+        """Give the backend's client the password: redis-py connects at the first call, with
+        its pool's ``connection_kwargs``."""
+        client = backend._redis
+        if self._password is None or client is None:
+            return
+        settings = client.connection_pool.connection_kwargs
+        if settings.get("password") != self._password:
+            settings["password"] = self._password
 
     def _off(self, backend: Any, why: str) -> None:
         self.down = True
