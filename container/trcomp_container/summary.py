@@ -141,6 +141,8 @@ def build_summary(
         if backend is None
         else switch_report.warm_start(records, bool(job.get("cache_warm"))),
         "speedup": switch_report.speedup_summary(records),
+        "by_rank": switch_report.ranks_text(records),
+        "first_step_skew_s": switch_report.first_step_skew(records),
         "warnings": [*warnings, *_derived_warnings(records), *filter(None, [silent])],
         "metrics": _slowest(per_rank),
         "versions": versions,
@@ -209,6 +211,7 @@ def render_block(summary: Mapping[str, Any]) -> str:
         f"compiled       {summary.get('compiled') or 'n/a'}",
         *([f"verified       {summary['verified']}"] if summary.get("verified") else []),
         f"devices        {summary.get('devices')}; processes: {len(summary.get('ranks', []))}",
+        *([f"by rank        {summary['by_rank']}"] if summary.get("by_rank") else []),
         f"compile time   {show('compile_time_s', ' s')}; graphs {show('graphs_compiled')}; "
         f"recompiles {show('recompiles')}; graph breaks {show('graph_breaks')}",
         f"first step     {show('first_step_s', ' s')} after start"

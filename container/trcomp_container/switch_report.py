@@ -18,7 +18,9 @@ __all__ = [
     "compiled_less",
     "compiled_text",
     "eager_step_numbers",
+    "first_step_skew",
     "nothing_compiled",
+    "ranks_text",
     "speedup_summary",
     "verified_text",
     "warm_start",
@@ -150,6 +152,39 @@ def _who(group: list[tuple[Any, str]]) -> tuple[str, str]:
     entry, text = group[0]
     who = entry.module if len(group) == 1 else f"{len(group)} FSDP2 blocks of {entry.block_of}"
     return who, text
+
+
+def first_step_skew(records: Sequence[RankRecord]) -> float | None:
+    """Seconds between the first and the last rank's first optimizer step (several ranks)."""
+    firsts = [record.first_step_s for record in records if record.first_step_s is not None]
+    return round(max(firsts) - min(firsts), 4) if len(firsts) > 1 else None
+
+
+def ranks_text(records: Sequence[RankRecord]) -> str | None:
+    """Per rank: compiled or loaded from the cache, how long it waited its turn and its first
+    step; then the first-step skew. None with one process."""
+    if len(records) < 2:
+        return None
+    parts = []
+    for record in records:
+        compile_info = record.compile
+        if compile_info is None or not compile_info.events:
+            parts.append(f"rank {record.rank}: compiled nothing")
+            continue
+        cache = compile_info.cache
+        hits, misses = (cache.fxgraph_hit, cache.fxgraph_miss) if cache else (0, 0)
+        text = f"rank {record.rank}: {hits} of {hits + misses} inductor graphs from the cache"
+        turns = compile_info.turns or {}
+        if turns.get("waited"):
+            text += f" after waiting {turns['waited_s']:.1f} s for the host's first rank"
+        text += f", compiling {compile_info.time_s:.1f} s"
+        if record.first_step_s is not None:
+            text += f", first step at {record.first_step_s:.1f} s"
+        parts.append(text)
+    skew = first_step_skew(records)
+    if skew is not None:
+        parts.append(f"first-step skew {skew:.2f} s")
+    return "; ".join(parts)
 
 
 def nothing_compiled(

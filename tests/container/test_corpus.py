@@ -414,8 +414,22 @@ def test_the_default_switch_trains_the_script_as_the_compiler_off_does(
     decisions = [json.dumps((r.get("speedup") or {}).get("decision")) for r in default.records]
     if len(set(decisions)) > 1:  # torchrun: one decision for the job, the slowest rank's
         problems.append(f"the ranks kept different decisions: {decisions}")
+    problems += cold_followers(default.records)
     row["result"] = "PASS" if not problems else "FAIL: " + "; ".join(problems)
     assert not problems, "\n".join(problems)
+
+
+def cold_followers(records: list[dict[str, Any]]) -> list[str]:
+    """Ranks after the host's first that compiled a graph cold instead of loading it."""
+    problems = []
+    for record in records:
+        compiled = record.get("compile") or {}
+        turns, cache = compiled.get("turns") or {}, compiled.get("cache") or {}
+        if int(record.get("rank") or 0) == 0 or not compiled.get("events"):
+            continue
+        if turns.get("waited") != turns.get("compiles") or cache.get("fxgraph_miss"):
+            problems.append(f"rank {record.get('rank')} compiled cold: {turns}, {cache}")
+    return problems
 
 
 # -- a handful as real jobs ------------------------------------------------------------

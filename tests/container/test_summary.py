@@ -229,3 +229,26 @@ def test_the_summary_names_fsdp2_blocks_of_one_model_as_one_group():
         "3 FSDP2 blocks of FSDPNet matched eager (2 calls each run both ways, 3.0 s in all); "
         "FSDPNet.blocks.3 kept eager (2 calls run both ways, 1.0 s): output 0 differs"
     )
+
+
+def test_the_summary_says_per_rank_whether_it_compiled_or_loaded_and_the_first_step_skew():
+    first = body(0, 5, [0.1] * 6, compile_s=31.4)
+    other = body(1, 5, [0.1] * 6, compile_s=15.3)
+    first["compile"]["cache"] = {"fxgraph_hit": 0, "fxgraph_miss": 4}
+    other["compile"]["cache"] = {"fxgraph_hit": 4, "fxgraph_miss": 0}
+    other["compile"]["turns"] = {
+        "role": "after the host's first rank",
+        "waited": 4,
+        "waited_s": 28.77,
+    }
+    records = [RankRecord.from_json(first), RankRecord.from_json(other)]
+    summary = build_summary(records, job={"backend": "inductor"})
+    assert summary["first_step_skew_s"] == 1.0  # 10 s and 11 s
+    assert summary["by_rank"] == (
+        "rank 0: 0 of 4 inductor graphs from the cache, compiling 31.4 s, first step at 10.0 s; "
+        "rank 1: 4 of 4 inductor graphs from the cache after waiting 28.8 s for the host's "
+        "first rank, compiling 15.3 s, first step at 11.0 s; first-step skew 1.00 s"
+    )
+    assert f"by rank        {summary['by_rank']}" in render_block(summary)
+    one = build_summary(records[:1], job={"backend": "inductor"})
+    assert one["by_rank"] is None and one["first_step_skew_s"] is None

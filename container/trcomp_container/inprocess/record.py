@@ -127,6 +127,8 @@ class CompileReport:
     cache: CompileCache | None = None
     """None (key left out): dynamo was never imported."""
     aot: CompileAot | None = None
+    turns: dict[str, Any] | None = None
+    """The ranks of a host taking turns at compiling (:mod:`.turns`); None: one rank."""
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -140,11 +142,13 @@ class CompileReport:
         if self.cache is not None:
             body["cache"] = self.cache.to_json()
         body["aot"] = None if self.aot is None else self.aot.to_json()
+        if self.turns is not None:
+            body["turns"] = dict(self.turns)
         return body
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> CompileReport:
-        cache, aot = _part(body, "cache"), _part(body, "aot")
+        cache, aot, turns = _part(body, "cache"), _part(body, "aot"), _part(body, "turns")
         return cls(
             time_s=body.get("time_s", 0.0),
             events=body.get("events", 0),
@@ -154,6 +158,7 @@ class CompileReport:
             graph_break_reasons=dict(body.get("graph_break_reasons") or {}),
             cache=None if cache is None else CompileCache.from_json(cache),
             aot=None if aot is None else CompileAot.from_json(aot),
+            turns=None if turns is None else dict(turns),
         )
 
 

@@ -50,6 +50,7 @@ def build_record(session: Session) -> RankRecord:
             state.recompiles,
         )
         body["compile"]["aot"] = aot
+        body["compile"]["turns"] = session.turns.as_dict()
         if aot:  # a loaded artifact runs a compiled graph dynamo never counted; a
             # failed attempt's graph, which dynamo counted, never runs
             body["compile"]["graphs"] += aot["loaded"] - aot["discarded_graphs"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import re
 import sys
 import time
@@ -28,6 +29,7 @@ from trcomp_container.inprocess.ledger import Change, Ledger
 from trcomp_container.inprocess.record import RankRecord
 from trcomp_container.inprocess.settings import Settings
 from trcomp_container.inprocess.stepclock import StepClock
+from trcomp_container.inprocess.turns import Turns
 
 __all__ = ["ProcessState", "Session", "current"]
 
@@ -85,6 +87,8 @@ class Session:
         self.started = time.time()
         self.ledger = Ledger()
         self.state = ProcessState()
+        self.turns = Turns.from_env(dict(os.environ))
+        """Compiles taken in turn by the ranks of a host (:mod:`.turns`)."""
         self.switch: Any = None  # a switch.Switch once torch is imported in a compiled job
         self.stays: list[Change] | None = None
         """What stayed after close (by design); None until closed."""
@@ -259,6 +263,8 @@ class Session:
             self.switch.abandon(message)  # back to compiled, whatever the window was doing
 
     def _on_compile_start(self, args: Any) -> None:
+        with self.guarded(lambda exc: self.warn(f"compile turns off: {exc}")):
+            self.turns.begin()  # the host's first rank compiles it first (bounded wait)
         self.state.compile_started = time.perf_counter()
         if self.switch is not None:
 
@@ -274,6 +280,8 @@ class Session:
             state.compile_s += time.perf_counter() - state.compile_started
             state.compile_started = None
         state.compile_events += 1
+        with self.guarded(lambda exc: self.warn(f"compile turns off: {exc}")):
+            self.turns.end()
         match = _COMPILE_ID.search(str(getattr(args, "compile_id", "")))
         if match and int(match.group(2)) > 0:
             state.recompiles += 1

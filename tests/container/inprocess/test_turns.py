@@ -1,0 +1,79 @@
+"""The ranks of a host take turns at compiling, and no rank waits without a bound.
+
+Two :class:`Turns` (the host's first rank and another) share a real c10d
+``HashStore`` in this process, each on its own thread as each rank is its own
+process. Two ranks under torchrun, compiling for real, are the corpus's
+two-rank scripts (test_corpus.py checks that rank 1 found every graph in the cache).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from trcomp_container.inprocess.turns import Turns
+
+dist = pytest.importorskip("torch.distributed")
+
+
+def pair(**bounds) -> tuple[Turns, Turns]:
+    store = dist.HashStore()
+    first, other = (
+        Turns(local_rank=rank, local_world_size=2, _store=store, **bounds) for rank in (0, 1)
+    )
+    return first, other
+
+
+def test_a_rank_compiles_after_the_first_rank_finished_the_same_compile():
+    first, other = pair()
+    order: list[str] = []
+    first.begin()
+    waiting = threading.Thread(target=lambda: (other.begin(), order.append("other compiles")))
+    waiting.start()
+    waiting.join(0.5)
+    assert waiting.is_alive()  # rank 0 is still compiling: rank 1 waits
+    order.append("first ends")
+    first.end()
+    waiting.join()
+    assert order == ["first ends", "other compiles"]
+    assert (other.waited, other.alone, other.timed_out) == (1, 0, 0)
+    assert other.as_dict()["role"] == "after the host's first rank"
+    assert first.as_dict() == {
+        "role": "first",
+        "compiles": 1,
+        "waited": 0,
+        "waited_s": 0.0,
+        "alone": 0,
+        "timed_out": 0,
+    }
+
+
+def test_a_compile_the_first_rank_never_begins_is_compiled_at_once_after_the_grace():
+    first, other = pair(grace_s=0.2)
+    other.begin()  # rank 0 took another path: no compile 0 on its side
+    assert (other.waited, other.alone, other.timed_out) == (0, 1, 0)
+    # The next compile pairs with rank 0's next one as before.
+    first.begin()
+    first.end()
+    first.begin()
+    first.end()
+    other.begin()
+    assert other.waited == 1
+
+
+def test_a_first_rank_that_never_ends_its_compile_is_waited_for_at_most_the_bound():
+    first, other = pair(max_wait_s=0.2)
+    first.begin()  # begun, never ended (its process died in the compile)
+    other.begin()
+    assert (other.waited, other.alone, other.timed_out) == (0, 0, 1)
+
+
+def test_one_rank_per_host_or_no_process_group_takes_no_turns():
+    alone = Turns.from_env({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
+    alone.begin()
+    assert alone.as_dict() is None
+    # Two ranks per host, but no process group yet (a compile before init_process_group).
+    early = Turns.from_env({"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "3"})
+    early.begin()
+    assert (early.node, early.compiles, early.waited, early.alone) == (3, 1, 0, 0)
