@@ -70,8 +70,21 @@ def run_workload(name: str, work: Path, steps: int) -> dict[str, Any]:
     }
 
 
-def run_job(work: Path, script: str, hyperparameters: dict[str, Any], config: Any) -> Any:
-    """Run ``script`` as a process-mode job under ``config`` in ``work``; its summary.json."""
+def run_job(
+    work: Path,
+    script: str,
+    hyperparameters: dict[str, Any],
+    config: Any,
+    *,
+    checkpoints: Path | None = None,
+    **estimator: Any,
+) -> Any:
+    """Run ``script`` as a process-mode job under ``config`` in ``work``; its summary.json.
+
+    ``checkpoints``: the job's checkpoint location (its compile cache), default its own
+    under ``work``; ``estimator``: more arguments of ``trcomp.PyTorch`` (``distribution``,
+    ``environment``).
+    """
     from trcomp import PyTorch
 
     source = work / "src"
@@ -85,8 +98,9 @@ def run_job(work: Path, script: str, hyperparameters: dict[str, Any], config: An
         instance_count=1,
         hyperparameters=hyperparameters,
         output_path=f"file://{work / 'output'}",
-        checkpoint_s3_uri=f"file://{work / 'checkpoints'}",
+        checkpoint_s3_uri=f"file://{checkpoints or work / 'checkpoints'}",
         compiler_config=config,
+        **estimator,
     )
     estimator.fit()
     output_tar = Path(str(estimator.model_data).removeprefix("file://")).with_name("output.tar.gz")

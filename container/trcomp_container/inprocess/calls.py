@@ -23,7 +23,14 @@ from trcomp_container.inprocess.compiled import (
     went_through_compiled,
 )
 from trcomp_container.inprocess.unrolled import unrolled_loop
-from trcomp_container.inprocess.verify import Verdict, put_back, state_of, tensors, verify_call
+from trcomp_container.inprocess.verify import (
+    Verdict,
+    put_back,
+    state_of,
+    stateful_argument,
+    tensors,
+    verify_call,
+)
 
 if TYPE_CHECKING:
     from trcomp_container.inprocess.autocompile import AutoCompile
@@ -176,7 +183,9 @@ def _checked(
     owner.running = entry
     try:
         eager = functools.partial(entry.run_eager, module)
-        if census:
+        if census and entry.block_of is not None:  # an FSDP2 block: called by its model
+            verdict.problem = stateful_argument(args, kwargs)
+        if census and verdict.problem is None:
             verdict.problem = unrolled_loop(owner.torch, module, eager, args, kwargs)
         if failed or verdict.problem:
             if ran is not None:

@@ -32,8 +32,10 @@ from typing import Any
 
 from trcomp_container.inprocess import torch_compat
 
-__all__ = ["GRACE_S", "MAX_WAIT_S", "Turns"]
+__all__ = ["GRACE_S", "MAX_WAIT_S", "OFF_ENV", "Turns"]
 
+OFF_ENV = "TRCOMP_COMPILE_TURNS"
+"""Set to ``0``: the ranks of a host compile at once, each for itself (as without trcomp)."""
 GRACE_S = 30.0
 """How long a rank waits for the host's first rank to begin the same compile."""
 MAX_WAIT_S = 900.0
@@ -67,11 +69,12 @@ class Turns:
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> Turns:
-        local_world_size = int(env.get("LOCAL_WORLD_SIZE", "1") or 1)
+        """From torchrun's variables; ``TRCOMP_COMPILE_TURNS=0``: every rank compiles at once."""
         return cls(
             local_rank=int(env.get("LOCAL_RANK", "0") or 0),
-            local_world_size=local_world_size,
+            local_world_size=int(env.get("LOCAL_WORLD_SIZE", "1") or 1),
             node=int(env.get("GROUP_RANK", "0") or 0),
+            _off=env.get(OFF_ENV, "1").strip() == "0",
         )
 
     @property
@@ -127,8 +130,9 @@ class Turns:
         """The record's ``compile.turns``; None when this host runs one rank."""
         if self.local_world_size < 2:
             return None
+        role = "first" if self.first else "after the host's first rank"
         return {
-            "role": "first" if self.first else "after the host's first rank",
+            "role": f"off ({OFF_ENV}=0)" if self._off else role,
             "compiles": self.compiles,
             "waited": self.waited,
             "waited_s": round(self.waited_s, 4),

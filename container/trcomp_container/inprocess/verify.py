@@ -46,6 +46,7 @@ __all__ = [
     "autocast_dtype",
     "put_back",
     "state_of",
+    "stateful_argument",
     "tensors",
     "verify_call",
 ]
@@ -132,6 +133,34 @@ def verify_call(
         precision,
     )
     return out
+
+
+def stateful_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Why a call cannot be run twice to check it: it takes an object its forward may change
+    (transformers' ``DynamicCache``, which each block extends); None when every argument is
+    a tensor, a plain constant, or a tuple, list or dict of those."""
+    found = _stateful([*args, *kwargs.values()])
+    if found is None:
+        return None
+    return (
+        f"its call takes a {found}, an object its forward may change: checking would run "
+        "that change twice (pass no such object to it in training, e.g. transformers' "
+        "config.use_cache=False, to have it compiled)"
+    )
+
+
+def _stateful(value: Any, depth: int = 0) -> str | None:
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return None
+    if hasattr(value, "detach") and hasattr(value, "shape"):
+        return None
+    if type(value).__module__ == "torch" and type(value).__name__ in ("dtype", "device"):
+        return None
+    if depth < 4 and isinstance(value, (list, tuple)):
+        return next(filter(None, (_stateful(item, depth + 1) for item in value)), None)
+    if depth < 4 and isinstance(value, dict):
+        return next(filter(None, (_stateful(item, depth + 1) for item in value.values())), None)
+    return type(value).__name__
 
 
 def agree_verdicts(local: list[str | None], round_: int) -> list[str | None]:

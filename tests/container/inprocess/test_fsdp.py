@@ -118,6 +118,61 @@ def test_a_block_whose_compiled_backward_is_wrong_is_caught_and_trains_as_eager(
     assert losses == pytest.approx(eager, abs=1e-6)
 
 
+class Cache:
+    """What transformers' DynamicCache is to a block: an object each block's forward extends."""
+
+    def __init__(self) -> None:
+        self.kept: list = []
+
+
+class CachedBlock(Block):
+    def forward(self, x, cache):
+        cache.kept.append(x.detach())
+        return super().forward(x + 0.1 * cache.kept[0])
+
+
+class CachedNet(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(CachedBlock() for _ in range(3))
+        self.seen: list[int] = []
+
+    def forward(self, x):
+        cache = Cache()
+        x = self.embed(x)
+        for block in self.blocks:
+            x = block(x, cache)
+        self.seen.append(len(cache.kept))
+        return self.head(x)
+
+
+def test_a_block_whose_call_takes_an_object_it_changes_is_left_eager():
+    # Checking runs a block twice: the cache would be extended twice (and the compiled
+    # side's tensors kept in it). The block stays eager, named, and trains as eager.
+    def run(policy=None):
+        torch.manual_seed(0)
+        model = CachedNet()
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        generator = torch.Generator().manual_seed(1)
+        batches = [torch.randn(6, 4, generator=generator) for _ in range(4)]
+        try:
+            return run_steps(model, batches, policy), model.seen
+        finally:
+            if policy is not None:
+                policy.end_search()
+
+    eager, eager_seen = run()
+    policy = hooks()
+    losses, seen = run(policy)
+    assert seen == eager_seen == [3] * 4
+    for entry in policy.compiled:
+        assert entry.verified is False and not entry.ran_compiled
+        assert "its call takes a Cache, an object its forward may change" in entry.failed
+    assert losses == pytest.approx(eager, abs=1e-6)
+
+
 def test_a_model_sharded_only_at_its_root_is_compiled_whole():
     torch.manual_seed(0)
     model = Net()

@@ -77,3 +77,11 @@ def test_one_rank_per_host_or_no_process_group_takes_no_turns():
     early = Turns.from_env({"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "3"})
     early.begin()
     assert (early.node, early.compiles, early.waited, early.alone) == (3, 1, 0, 0)
+
+
+def test_turns_can_be_turned_off():
+    off = Turns.from_env({"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "TRCOMP_COMPILE_TURNS": "0"})
+    off._store = dist.HashStore()
+    off.begin()  # would wait 30 s for a first rank that never comes
+    assert (off.waited, off.alone) == (0, 0)
+    assert off.as_dict()["role"] == "off (TRCOMP_COMPILE_TURNS=0)"
