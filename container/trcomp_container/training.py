@@ -161,7 +161,9 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     except SharedCacheError as exc:
         raise JobFailed(str(exc), ExitCode.CONFIG) from None
     if config.cache and backend is not None:
-        report.facts["cache_files_restored"] = lineage.restore(job.paths.cache, live_cache)
+        report.facts["cache_files_restored"] = job_setup.restore_lineage(
+            job.paths.cache, live_cache, report.shared
+        )
     if report.shared is not None:
         report.facts["shared_cache"] = report.shared.facts
         _warn(report, *report.shared.warnings)

@@ -44,6 +44,7 @@ __all__ = [
     "FORMAT",
     "EntryError",
     "Staged",
+    "Stamp",
     "check_name",
     "entry_name",
     "files_of",
@@ -280,10 +281,20 @@ def move_staged(staged: Staged, live: Path) -> None:
         os.replace(staged.staging / relative, target)
 
 
-def stamp(path: Path) -> tuple[int, int]:
-    """Size and mtime: how a file read from the shared cache is known to be unchanged."""
+Stamp = tuple[int, int, int, int]
+"""A file's size, mtime, ctime and inode (:func:`stamp`)."""
+
+
+def stamp(path: Path) -> Stamp:
+    """How a file the job did not write (read from the shared cache, restored from the
+    lineage) is known to be unchanged at the end: its size, mtime, ctime and inode.
+
+    A lineage file's mtime is its writer's (``copy2``), so the ctime and the inode, which
+    no one outside the job sets, are what tell a file the job wrote again from the one it
+    was given; a rewrite in place changes the ctime, an atomic rename the inode.
+    """
     stat = path.stat()
-    return stat.st_size, stat.st_mtime_ns
+    return stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino
 
 
 _NOT_SHARED = frozenset({"precompiled_headers"})
@@ -293,9 +304,9 @@ compatibility set does not name; gzip of it alone outlasts the write budget. The
 lineage's own cache (the checkpoint location) keeps it."""
 
 
-def files_of(live: Path, skip: Mapping[str, tuple[int, int]]) -> list[tuple[str, Path]]:
-    """The lasting, shareable files of ``live``, but those in ``skip`` with the same size
-    and mtime."""
+def files_of(live: Path, skip: Mapping[str, Stamp]) -> list[tuple[str, Path]]:
+    """The lasting, shareable files of ``live``, but those in ``skip`` with the same
+    :func:`stamp`."""
     found = []
     for root, dirs, files in os.walk(live):
         here = Path(root)
@@ -309,7 +320,7 @@ def files_of(live: Path, skip: Mapping[str, tuple[int, int]]) -> list[tuple[str,
                 continue
             try:
                 if skip.get(relative.as_posix()) == stamp(here / name):
-                    continue  # read from the shared cache and unchanged
+                    continue  # read from the shared cache or the lineage, and unchanged
             except OSError:
                 continue
             found.append((relative.as_posix(), here / name))
@@ -321,7 +332,7 @@ def write_entry(
     live: Path,
     compat: CompatSet,
     *,
-    skip: Mapping[str, tuple[int, int]],
+    skip: Mapping[str, Stamp],
     key: bytes | None = None,
     commit: Commit,
 ) -> tuple[str, int, int] | None:

@@ -5,6 +5,8 @@ Two things, both decided before the start-up check compiles anything:
 - the shared cache (``shared_cache=``): read into the live cache dir, with the
   compatibility set of this host, written back by the job's first host only
   (:func:`open_for_job`);
+- the lineage's files, restored after the shared cache's and never signed
+  into the job's entry (:func:`restore_lineage`);
 - the variables the user's process gets for it, and ``TORCH_COMPILE_JOB_ID``
   for inductor's profile-guided dynamic shapes (:func:`cache_variables`).
 """
@@ -16,12 +18,13 @@ from pathlib import Path
 from trcomp.contract.config import TrainingCompilerConfig
 from trcomp.contract.instances import DOCKER_LOCAL_MODES, PROCESS_MODE
 from trcomp_container.backends import ConcreteBackend, Engine, inductor
+from trcomp_container.caching import lineage
 from trcomp_container.caching.compat import compat_set
 from trcomp_container.caching.shared import SharedCache, open_shared_cache
 from trcomp_container.devices import Devices, list_gpus
 from trcomp_container.job import Job
 
-__all__ = ["cache_variables", "open_for_job"]
+__all__ = ["cache_variables", "open_for_job", "restore_lineage"]
 
 
 def open_for_job(
@@ -58,6 +61,21 @@ def open_for_job(
         insecure=config.shared_cache_insecure,
         writer=writer,
     )
+
+
+def restore_lineage(persistent: Path, live: Path, shared: SharedCache | None) -> int:
+    """Copy the lineage's cache (``persistent``, in the checkpoint location) into ``live``,
+    after the shared cache's files; the number of files copied.
+
+    The checkpoint location is not the shared cache's trust boundary: whoever can write
+    that prefix (the default one is predictable) could plant files there. So the files
+    copied here stay out of the entry the job signs at the end, unless the job writes
+    them again (:meth:`SharedCache.keep_out`).
+    """
+    copied = lineage.restore_paths(persistent, live)
+    if shared is not None:
+        shared.keep_out(live, copied)
+    return len(copied)
 
 
 def cache_variables(

@@ -6,6 +6,10 @@ the S3 prefix is downloaded again before every job. So the compilers write to a
 local directory; :func:`restore` copies the persisted cache into it when the
 job starts and :func:`persist` copies back what is new when it ends, without
 temp files, locks or anything else that only matters to a running compiler.
+
+What :func:`restore_paths` names came from the checkpoint location, which others
+may be able to write: the shared cache never signs those files as the job's own
+(:func:`~trcomp_container.caching.job_setup.restore_lineage`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import os
 import shutil
 from pathlib import Path, PurePath
 
-__all__ = ["is_transient", "persist", "restore"]
+__all__ = ["is_transient", "persist", "restore", "restore_paths"]
 
 # inductor: locks/ with *.lock files, ".<pid>.<tid>.tmp" files of atomic writes;
 # triton: "tmp.pid_<pid>_<n>" dirs it renames into place; torch-xla: *.tmp.
@@ -32,11 +36,12 @@ def is_transient(relative: PurePath) -> bool:
     return False
 
 
-def _copy_tree(source: Path, dest: Path) -> int:
-    """Copy the files of ``source`` that ``dest`` lacks or holds with another size."""
+def _copy_tree(source: Path, dest: Path) -> list[PurePath]:
+    """Copy the files of ``source`` that ``dest`` lacks or holds with another size; their
+    paths under ``dest``."""
     if not source.is_dir():
-        return 0
-    copied = 0
+        return []
+    copied: list[PurePath] = []
     for root, dirs, files in os.walk(source):
         here = Path(root)
         relative_root = here.relative_to(source)
@@ -54,7 +59,7 @@ def _copy_tree(source: Path, dest: Path) -> int:
                 shutil.copy2(src, dst)
             except OSError:
                 continue  # a file a compiler removed meanwhile, or a full disk: skip it
-            copied += 1
+            copied.append(relative)
     return copied
 
 
@@ -62,28 +67,40 @@ def _copy_tree(source: Path, dest: Path) -> int:
 _PERSISTED_IN_PLACE = frozenset({"jax"})
 
 
-def restore(persistent: Path, live: Path) -> int:
-    """Copy the persisted cache into the live dir; returns the number of files copied."""
+def restore_paths(persistent: Path, live: Path) -> list[str]:
+    """Copy the persisted cache into the live dir; the files copied, relative to ``live``."""
     live.mkdir(parents=True, exist_ok=True)
     if not persistent.is_dir():
-        return 0
-    return sum(
-        _copy_tree(child, live / child.name) if child.is_dir() else _copy_tree_file(child, live)
-        for child in persistent.iterdir()
-        if child.name not in _PERSISTED_IN_PLACE
-    )
+        return []
+    copied: list[str] = []
+    for child in persistent.iterdir():
+        if child.name in _PERSISTED_IN_PLACE:
+            continue
+        if child.is_dir():
+            copied += [
+                (PurePath(child.name) / rel).as_posix()
+                for rel in _copy_tree(child, live / child.name)
+            ]
+        elif _copy_tree_file(child, live):
+            copied.append(child.name)
+    return copied
 
 
-def _copy_tree_file(source: Path, live: Path) -> int:
+def restore(persistent: Path, live: Path) -> int:
+    """Copy the persisted cache into the live dir; returns the number of files copied."""
+    return len(restore_paths(persistent, live))
+
+
+def _copy_tree_file(source: Path, live: Path) -> bool:
     if is_transient(PurePath(source.name)):
-        return 0
+        return False
     dest = live / source.name
     if dest.is_file() and dest.stat().st_size == source.stat().st_size:
-        return 0
+        return False
     shutil.copy2(source, dest)
-    return 1
+    return True
 
 
 def persist(live: Path, persistent: Path) -> int:
     """Copy what the job added to the live cache into the persistent dir; returns the count."""
-    return _copy_tree(live, persistent)
+    return len(_copy_tree(live, persistent))

@@ -37,6 +37,7 @@ from trcomp_container.caching.compat import CompatSet
 from trcomp_container.caching.entry import (
     SUFFIX,
     EntryError,
+    Stamp,
     check_name,
     files_of,
     move_staged,
@@ -67,7 +68,10 @@ class SharedCache:
     """The shared cache of one job: where, what was read, the job's extra environment.
 
     ``key`` is the team's signing key (None: entries are neither signed nor
-    checked); ``writer`` whether this host writes the job's entry.
+    checked); ``writer`` whether this host writes the job's entry. ``read`` and
+    ``from_lineage`` hold the files the job was given (by the shared cache, by its
+    checkpoint location) as they were given: the job's entry leaves them out unless the
+    job wrote them again.
     """
 
     location: SharedCacheLocation
@@ -76,7 +80,8 @@ class SharedCache:
     environment: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
-    read: dict[str, tuple[int, int]] = field(default_factory=dict)
+    read: dict[str, Stamp] = field(default_factory=dict)
+    from_lineage: dict[str, Stamp] = field(default_factory=dict)
     key: bytes | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
     writer: bool = True
@@ -85,6 +90,18 @@ class SharedCache:
     def warm(self) -> bool:
         """Whether the job found entries of its compatibility set."""
         return bool(self.facts.get("warm"))
+
+    def keep_out(self, live: Path, relatives: list[str]) -> None:
+        """Leave the files ``relatives`` of ``live`` out of the job's entry while they stay as
+        they are now: they came from the job's checkpoint location (its lineage), which
+        someone without the key may have written, so the job's key must not sign them."""
+        for relative in relatives:
+            try:
+                self.from_lineage[relative] = stamp(live / relative)
+            except OSError:
+                continue  # gone already: nothing to leave out
+        if self.store is not None:
+            self.facts["lineage_files_left_out"] = len(self.from_lineage)
 
     def finish(self, live: Path, *, succeeded: bool) -> dict[str, Any]:
         """Write what the job compiled as one new entry (successful jobs only); the facts."""
@@ -101,7 +118,12 @@ class SharedCache:
         try:
             done, written = budget.run(
                 lambda: write_entry(
-                    store, live, self.compat, skip=self.read, key=self.key, commit=budget.commit
+                    store,
+                    live,
+                    self.compat,
+                    skip={**self.read, **self.from_lineage},
+                    key=self.key,
+                    commit=budget.commit,
                 )
             )
         # Broad on purpose: the store is boto3 or a file system, whose errors (a full

@@ -1,0 +1,111 @@
+"""What a signature of the shared compile cache attests, and which keys a job holds.
+
+In process, against real directories: the steps of a job that touch its caches
+(:func:`~trcomp_container.caching.job_setup.open_for_job`, then
+:func:`~trcomp_container.caching.job_setup.restore_lineage`, what the job compiles,
+:meth:`~trcomp_container.caching.shared.SharedCache.finish`), as the entrypoint runs
+them; a real job would add only the compiling.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from trcomp.contract.config import TrainingCompilerConfig
+from trcomp_container.caching import job_setup, lineage
+from trcomp_container.caching.compat import compat_set
+from trcomp_container.caching.shared import SharedCache, open_shared_cache
+from trcomp_container.devices import Devices
+from trcomp_container.job import Job, JobPaths
+
+KEY = "team-a-key-0123456789abcdef"
+COMPAT = compat_set(engine="inductor", gpu_listing=None)
+PLANTED = "inductor/fxgraph/pl/fplanted/0"  # where inductor keeps a pickled FX graph
+
+
+def _job(base: Path, environ: dict[str, str]) -> Job:
+    return Job(
+        paths=JobPaths.under(base),
+        framework_params={},
+        user_args=[],
+        toolkit_env={},
+        entry_point="train.py",
+        module_dir="",
+        hosts=["algo-1"],
+        current_host="algo-1",
+        num_gpus=0,
+        num_cpus=2,
+        environ=environ,
+        instance_type="local_process",
+    )
+
+
+def _start(config: TrainingCompilerConfig, job: Job, live: Path) -> SharedCache:
+    """The entrypoint's cache steps before the script: shared cache first, lineage second."""
+    shared = job_setup.open_for_job(config, job, Devices(), live, engine="inductor")
+    assert shared is not None
+    job_setup.restore_lineage(job.paths.cache, live, shared)
+    return shared
+
+
+def _files(live: Path) -> set[str]:
+    return {p.relative_to(live).as_posix() for p in live.rglob("*") if p.is_file()}
+
+
+def test_files_restored_from_the_lineage_are_never_signed_into_the_team_cache(tmp_path):
+    config = TrainingCompilerConfig(backend="inductor", shared_cache=f"file://{tmp_path / 's'}")
+    environ = {"TRCOMP_SHARED_CACHE_KEY": KEY}
+    victim = _job(tmp_path / "victim", environ)
+    # Someone without the key writes the victim's checkpoint location (its lineage).
+    planted = victim.paths.cache / PLANTED
+    planted.parent.mkdir(parents=True)
+    planted.write_bytes(b"cos\nsystem\n(S'echo planted'\ntR.")  # a pickle that runs a command
+    rewritten = victim.paths.cache / "inductor/fxgraph/re/frewritten/0"
+    rewritten.parent.mkdir(parents=True)
+    rewritten.write_bytes(b"planted, compiled again!")
+    planted_mtime = rewritten.stat().st_mtime_ns
+
+    live = tmp_path / "victim-live"
+    shared = _start(config, victim, live)
+    assert (live / PLANTED).is_file()  # the job itself still uses its lineage
+    # What the job compiles: a new graph, and one the lineage had, written again.
+    (live / "inductor/fxgraph/ow/fown/0").parent.mkdir(parents=True)
+    (live / "inductor/fxgraph/ow/fown/0").write_bytes(b"compiled by the job")
+    (live / "inductor/fxgraph/re/frewritten/0").write_bytes(b"the job's own, same size")
+    # Same size and mtime as the planted file (its writer chose the mtime): still the job's.
+    os.utime(live / "inductor/fxgraph/re/frewritten/0", ns=(planted_mtime, planted_mtime))
+    lineage.persist(live, victim.paths.cache)
+    facts = shared.finish(live, succeeded=True)
+    assert facts["lineage_files_left_out"] == 2
+    assert facts["files_written"] == 2, facts
+
+    reader_live = tmp_path / "reader-live"
+    reader = _start(config, _job(tmp_path / "reader", environ), reader_live)
+    assert reader.facts["entries_read"] == 1
+    assert _files(reader_live) == {"inductor/fxgraph/ow/fown/0", "inductor/fxgraph/re/frewritten/0"}
+    assert (reader_live / "inductor/fxgraph/re/frewritten/0").read_bytes().startswith(b"the job")
+    assert not (reader_live / PLANTED).exists()
+
+
+def test_a_lineage_file_the_shared_cache_also_had_is_not_signed_again(tmp_path):
+    """The lineage copies a file of another size over the shared cache's: that file is the
+    lineage's now, and stays out of the job's entry."""
+    uri = f"file://{tmp_path / 's'}"
+    first = tmp_path / "first"
+    (first / "inductor/g").parent.mkdir(parents=True)
+    (first / "inductor/g").write_bytes(b"signed graph")
+    environ = {"TRCOMP_SHARED_CACHE_KEY": KEY}
+    open_shared_cache(
+        uri, compat=COMPAT, engine="inductor", live=first, environ=environ, remote_job=False
+    ).finish(first, succeeded=True)
+
+    config = TrainingCompilerConfig(backend="inductor", shared_cache=uri)
+    job = _job(tmp_path / "second", environ)
+    (job.paths.cache / "inductor").mkdir(parents=True)
+    (job.paths.cache / "inductor/g").write_bytes(b"planted over the signed graph")
+    live = tmp_path / "second-live"
+    shared = _start(config, job, live)
+    assert (live / "inductor/g").read_bytes() == b"planted over the signed graph"
+    facts = shared.finish(live, succeeded=True)
+    assert facts["files_written"] == 0 and "entry_written" not in facts
