@@ -9,12 +9,15 @@ them; a real job would add only the compiling.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
+import shutil
 from pathlib import Path
 
 from trcomp.contract.config import TrainingCompilerConfig
 from trcomp_container.caching import job_setup, lineage
-from trcomp_container.caching.compat import compat_set
+from trcomp_container.caching.compat import CompatSet, compat_set
 from trcomp_container.caching.shared import SharedCache, open_shared_cache
 from trcomp_container.devices import Devices
 from trcomp_container.job import Job, JobPaths
@@ -109,3 +112,60 @@ def test_a_lineage_file_the_shared_cache_also_had_is_not_signed_again(tmp_path):
     assert (live / "inductor/g").read_bytes() == b"planted over the signed graph"
     facts = shared.finish(live, succeeded=True)
     assert facts["files_written"] == 0 and "entry_written" not in facts
+
+
+def _one_signed_entry(tmp_path: Path, compat: CompatSet = COMPAT) -> Path:
+    live = tmp_path / "writer-live"
+    (live / "inductor/g").parent.mkdir(parents=True)
+    (live / "inductor/g").write_bytes(b"signed graph")
+    environ = {"TRCOMP_SHARED_CACHE_KEY": KEY}
+    open_shared_cache(
+        f"file://{tmp_path / 's'}", compat=compat, engine="inductor", live=live,
+        environ=environ, remote_job=False,
+    ).finish(live, succeeded=True)  # fmt: skip
+    (entry,) = (tmp_path / "s" / compat.key).iterdir()
+    return entry
+
+
+def _read_with_key(tmp_path: Path, name: str) -> SharedCache:
+    return open_shared_cache(
+        f"file://{tmp_path / 's'}", compat=COMPAT, engine="inductor", live=tmp_path / name,
+        environ={"TRCOMP_SHARED_CACHE_KEY": KEY}, remote_job=False,
+    )  # fmt: skip
+
+
+def test_a_signed_entry_copied_under_a_later_time_is_refused(tmp_path):
+    entry = _one_signed_entry(tmp_path)
+    rest = entry.name.split("-", 1)[1]
+    replayed = entry.with_name(f"21000101T000000Z-{rest}")  # newest: read first, if at all
+    shutil.copyfile(entry, replayed)
+    cache = _read_with_key(tmp_path, "reader")
+    assert cache.facts["entries_found"] == 2
+    assert cache.facts["entries_read"] == 1 and cache.facts["entries_skipped"] == 1
+    (warning,) = cache.warnings
+    assert replayed.name in warning and "copied under another time" in warning
+    # The original still reads: the replay cost the reader nothing but a skip.
+    assert (tmp_path / "reader" / "inductor/g").read_bytes() == b"signed graph"
+
+
+def test_a_signed_entry_moved_to_another_compatibility_set_is_refused(tmp_path):
+    other = compat_set(engine="inductor", gpu_listing="GPU 0: NVIDIA A10G (UUID: GPU-1)")
+    entry = _one_signed_entry(tmp_path, other)
+    (tmp_path / "s" / COMPAT.key).mkdir()
+    entry.rename(tmp_path / "s" / COMPAT.key / entry.name)
+    cache = _read_with_key(tmp_path, "reader")
+    assert cache.facts["entries_skipped"] == 1 and cache.facts["files_read"] == 0
+    assert "from another set" in cache.warnings[0]
+    assert not list((tmp_path / "reader").rglob("g"))
+
+
+def test_an_entry_signed_without_its_time_is_refused(tmp_path):
+    """The first signatures covered the set and the digest only: no longer read."""
+    entry = _one_signed_entry(tmp_path)
+    stamp, digest, _ = entry.name.removesuffix(".tar.gz").split("-")
+    message = f"trcomp-shared-cache-entry/1\n{COMPAT.key}\n{digest}".encode()
+    old_mac = hmac.new(KEY.encode(), message, hashlib.sha256).hexdigest()
+    entry.rename(entry.with_name(f"{stamp}-{digest}-{old_mac}.tar.gz"))
+    cache = _read_with_key(tmp_path, "reader")
+    assert cache.facts["entries_skipped"] == 1 and cache.facts["files_read"] == 0
+    assert "signed by an older trcomp" in cache.warnings[0]

@@ -4,8 +4,10 @@ An entry is a gzipped tar holding ``manifest.json`` (format, compatibility
 set, files and sizes) and the files under ``files/``. Its name is
 ``<UTC time>-<SHA-256 of its bytes>[-<HMAC>].tar.gz``. The HMAC (SHA-256,
 keyed with the team's key, :data:`~trcomp.contract.shared_cache.KEY_ENV`)
-signs the compatibility set and the digest; since the digest is checked
-against the bytes, it signs the bytes. A reader with a key refuses an entry
+signs the compatibility set, the time and the digest: the whole name but the
+signature, and the set the entry is kept under. Since the digest is checked
+against the bytes, it signs the bytes; an entry copied under another time or
+into another set's prefix does not verify. A reader with a key refuses an entry
 without a valid signature from its name alone, before it downloads it, and
 checks the digest before it opens the archive: nothing another writer put
 there is ever unpacked.
@@ -56,8 +58,11 @@ __all__ = [
 
 FORMAT = 1
 SUFFIX = ".tar.gz"
-_NAME = re.compile(r"\d{8}T\d{6}Z-(?P<digest>[0-9a-f]{64})(?:-(?P<mac>[0-9a-f]{64}))?\.tar\.gz")
-_MAC_CONTEXT = "trcomp-shared-cache-entry/1"
+_NAME = re.compile(
+    r"(?P<stamp>\d{8}T\d{6}Z)-(?P<digest>[0-9a-f]{64})(?:-(?P<mac>[0-9a-f]{64}))?\.tar\.gz"
+)
+# /1 signed the set and the digest, not the time: a copy under a later time verified.
+_MAC_CONTEXT = "trcomp-shared-cache-entry/2"
 _MANIFEST_MAX = 16 << 20
 _MEMBERS_MAX = 200_000
 
@@ -77,23 +82,25 @@ class Staged:
     stream_bytes: int = 0
 
 
-def _mac(key: bytes, compat_key: str, digest: str) -> str:
-    message = f"{_MAC_CONTEXT}\n{compat_key}\n{digest}".encode()
+def _mac(key: bytes, compat_key: str, stamp_: str, digest: str) -> str:
+    message = f"{_MAC_CONTEXT}\n{compat_key}\n{stamp_}\n{digest}".encode()
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
 def entry_name(digest: str, compat_key: str, key: bytes | None, when: float | None = None) -> str:
-    """The name of an entry whose bytes have SHA-256 ``digest``; signed when ``key`` is set."""
+    """The name of an entry whose bytes have SHA-256 ``digest``, written at ``when`` (now);
+    signed, with its compatibility set and time, when ``key`` is set."""
     stamp_ = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
-    signature = f"-{_mac(key, compat_key, digest)}" if key else ""
+    signature = f"-{_mac(key, compat_key, stamp_, digest)}" if key else ""
     return f"{stamp_}-{digest}{signature}{SUFFIX}"
 
 
 def check_name(name: str, compat_key: str, key: bytes | None) -> str:
     """The digest the entry's bytes must have; raise :class:`EntryError` for a refused name.
 
-    With ``key``, an entry whose name carries no signature, or another key's,
-    is refused here, before it is downloaded.
+    With ``key``, an entry whose name carries no signature, or a signature that is not
+    ``key``'s over this compatibility set, this time and this digest, is refused here,
+    before it is downloaded.
     """
     match = _NAME.fullmatch(name)
     if match is None:
@@ -104,10 +111,13 @@ def check_name(name: str, compat_key: str, key: bytes | None) -> str:
                 "it is not signed, and this job reads only entries signed with its key "
                 "(TRCOMP_SHARED_CACHE_KEY): written by a job without the key, or by someone else"
             )
-        if not hmac.compare_digest(match["mac"], _mac(key, compat_key, match["digest"])):
+        expected = _mac(key, compat_key, match["stamp"], match["digest"])
+        if not hmac.compare_digest(match["mac"], expected):
             raise EntryError(
-                "its signature is not this job's key's: written with another key, or by "
-                "someone else"
+                "its signature is not this job's key's for this name and compatibility set: "
+                "written with another key or by someone else, copied under another time or "
+                "from another set, or signed by an older trcomp, whose signatures did not "
+                "cover the time"
             )
     return match["digest"]
 
