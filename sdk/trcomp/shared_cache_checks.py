@@ -25,18 +25,25 @@ from trcomp.contract.errors import LocalModeError, SharedCacheError
 from trcomp.contract.shared_cache import (
     KEY_ENV,
     KEY_SECRET_ENV,
+    PREVIOUS_KEY_ENV,
+    PREVIOUS_KEY_SECRET_ENV,
     REDIS_PASSWORD_ENV,
     REDIS_PASSWORD_SECRET_ENV,
     aws_call_limits,
     check_bucket_owner,
     parse_location,
     refuse_empty_secrets,
+    refuse_previous_key_alone,
 )
 from trcomp.contract.shared_trust import check_bucket_private, check_directory
 
 __all__ = ["check_shared_cache"]
 
-_IN_CLEAR = {KEY_ENV: KEY_SECRET_ENV, REDIS_PASSWORD_ENV: REDIS_PASSWORD_SECRET_ENV}
+_IN_CLEAR = {
+    KEY_ENV: KEY_SECRET_ENV,
+    PREVIOUS_KEY_ENV: PREVIOUS_KEY_SECRET_ENV,
+    REDIS_PASSWORD_ENV: REDIS_PASSWORD_SECRET_ENV,
+}
 
 
 def check_shared_cache(
@@ -113,7 +120,8 @@ def _check_bucket(
 def _check_secrets_placed(
     environment: Mapping[str, Any], hyperparameters: Mapping[str, Any]
 ) -> None:
-    """Refuse an empty key, and a shared cache secret given as a hyperparameter.
+    """Refuse an empty key, a previous key without a current one, and a shared cache
+    secret given as a hyperparameter.
 
     An empty ``TRCOMP_SHARED_CACHE_KEY`` would mean no key at all, without a word.
     Hyperparameters are stored and shown with the job (DescribeTrainingJob, the job's
@@ -121,6 +129,7 @@ def _check_secrets_placed(
     message names the hyperparameter, never the value.
     """
     refuse_empty_secrets(environment, (*_IN_CLEAR, *_IN_CLEAR.values()))
+    refuse_previous_key_alone(environment)
     names = {name.lower() for name in (*_IN_CLEAR, *_IN_CLEAR.values())}
     # The SDK JSON-encodes hyperparameter values: a secret is looked for inside each one
     # (one of at least 8 characters: a shorter one would be found in unrelated values).

@@ -15,7 +15,11 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
+
 from trcomp.contract.config import TrainingCompilerConfig
+from trcomp.contract.errors import SharedCacheError
+from trcomp.shared_cache_checks import check_shared_cache
 from trcomp_container.caching import job_setup, lineage
 from trcomp_container.caching.compat import CompatSet, compat_set
 from trcomp_container.caching.shared import SharedCache, open_shared_cache
@@ -169,3 +173,81 @@ def test_an_entry_signed_without_its_time_is_refused(tmp_path):
     cache = _read_with_key(tmp_path, "reader")
     assert cache.facts["entries_skipped"] == 1 and cache.facts["files_read"] == 0
     assert "signed by an older trcomp" in cache.warnings[0]
+
+
+NEW_KEY = "team-a-key-2-fedcba9876543210"
+
+
+def _rotating(key: str, previous: str | None = None) -> dict[str, str]:
+    environ = {"TRCOMP_SHARED_CACHE_KEY": key}
+    if previous is not None:
+        environ["TRCOMP_SHARED_CACHE_KEY_PREVIOUS"] = previous
+    return environ
+
+
+def _open_with(tmp_path: Path, name: str, environ: dict[str, str]) -> SharedCache:
+    return open_shared_cache(
+        f"file://{tmp_path / 's'}", compat=COMPAT, engine="inductor", live=tmp_path / name,
+        environ=environ, remote_job=False,
+    )  # fmt: skip
+
+
+def test_while_keys_rotate_a_job_reads_entries_of_both_and_signs_with_the_new(tmp_path):
+    old_entry = _one_signed_entry(tmp_path)  # signed with KEY, the team's old key
+
+    only_new = _open_with(tmp_path, "only-new", _rotating(NEW_KEY))
+    assert only_new.facts["entries_skipped"] == 1 and only_new.facts["files_read"] == 0
+    assert "signature is not this job's key's" in only_new.warnings[0]
+
+    rotating = _open_with(tmp_path, "rotating", _rotating(NEW_KEY, previous=KEY))
+    assert rotating.facts["files_read"] == 1 and rotating.facts["previous_key"] is True
+    assert (tmp_path / "rotating" / "inductor/g").read_bytes() == b"signed graph"
+    (tmp_path / "rotating" / "inductor/h").write_bytes(b"compiled while rotating")
+    written = rotating.finish(tmp_path / "rotating", succeeded=True)["entry_written"]
+    assert written != old_entry.name
+
+    # The new entry is signed with the new key only: the old key alone does not read it.
+    old_entry.unlink()
+    assert _open_with(tmp_path, "new-again", _rotating(NEW_KEY)).facts["files_read"] == 1
+    old_only = _open_with(tmp_path, "old-only", _rotating(KEY))
+    assert old_only.facts["entries_skipped"] == 1 and old_only.facts["files_read"] == 0
+
+
+@pytest.mark.parametrize(
+    ("environ", "says"),
+    [
+        ({"TRCOMP_SHARED_CACHE_KEY_PREVIOUS": KEY}, "is set without a current key"),
+        ({"TRCOMP_SHARED_CACHE_KEY_PREVIOUS_SECRET": "team-old-key"}, "without a current key"),
+        (_rotating(NEW_KEY, previous=" "), "TRCOMP_SHARED_CACHE_KEY_PREVIOUS is set but empty"),
+        (_rotating(NEW_KEY, previous="short"), "PREVIOUS.* is 5 bytes; it must be at least 16"),
+    ],
+)
+def test_a_previous_key_follows_the_current_keys_rules(tmp_path, environ, says):
+    with pytest.raises(SharedCacheError, match=says) as caught:
+        _open_with(tmp_path, "live", environ)
+    assert KEY not in str(caught.value)
+
+
+def test_the_sdk_refuses_a_previous_key_in_hyperparameters_or_in_clear_on_sagemaker(tmp_path):
+    config = TrainingCompilerConfig(backend="inductor", shared_cache=f"file://{tmp_path / 's'}")
+    environment = _rotating(NEW_KEY, previous=KEY)
+    for hyperparameters, says in [
+        ({"trcomp-shared-cache-key-previous": KEY}, "'trcomp-shared-cache-key-previous'"),
+        ({"old": f'"{KEY}"'}, "hyperparameter 'old' holds a shared cache secret"),
+    ]:
+        with pytest.raises(SharedCacheError, match=says) as caught:
+            check_shared_cache(
+                config, mode="process", environment=environment, hyperparameters=hyperparameters
+            )
+        assert KEY not in str(caught.value)
+    with pytest.raises(SharedCacheError, match="PREVIOUS' holds a shared cache secret in clear"):
+        check_shared_cache(
+            config, mode="remote", environment={
+                "TRCOMP_SHARED_CACHE_KEY_SECRET": "arn:aws:secretsmanager:us-west-2:1:secret:k",
+                "TRCOMP_SHARED_CACHE_KEY_PREVIOUS": KEY,
+            },
+        )  # fmt: skip
+    with pytest.raises(SharedCacheError, match="without a current key"):
+        check_shared_cache(
+            config, mode="process", environment={"TRCOMP_SHARED_CACHE_KEY_PREVIOUS": KEY}
+        )

@@ -15,12 +15,15 @@ from trcomp.contract.errors import SharedCacheError
 from trcomp.contract.shared_cache import (
     KEY_ENV,
     KEY_SECRET_ENV,
+    PREVIOUS_KEY_ENV,
+    PREVIOUS_KEY_SECRET_ENV,
     error_code,
     refuse_empty_secrets,
+    refuse_previous_key_alone,
 )
 from trcomp_container.caching.stores import aws_config
 
-__all__ = ["MIN_KEY_BYTES", "read_secret", "signing_key"]
+__all__ = ["MIN_KEY_BYTES", "read_secret", "signing_key", "verifying_keys"]
 
 MIN_KEY_BYTES = 16
 
@@ -65,13 +68,31 @@ def read_secret(
 
 def signing_key(environ: Mapping[str, str], *, timeout_s: float) -> bytes | None:
     """The team's key for signing and checking entries; None when the job has none."""
-    value = read_secret(environ, KEY_ENV, KEY_SECRET_ENV, timeout_s=timeout_s)
+    return _key(environ, KEY_ENV, KEY_SECRET_ENV, timeout_s=timeout_s)
+
+
+def verifying_keys(environ: Mapping[str, str], *, timeout_s: float) -> tuple[bytes, ...]:
+    """The keys an entry's signature may be of: the current key (:func:`signing_key`,
+    first: it signs) and, while the team rotates keys, the previous one
+    (:data:`PREVIOUS_KEY_ENV`); empty when the job has no key."""
+    refuse_previous_key_alone(environ)
+    current = signing_key(environ, timeout_s=timeout_s)
+    if current is None:
+        return ()
+    previous = _key(environ, PREVIOUS_KEY_ENV, PREVIOUS_KEY_SECRET_ENV, timeout_s=timeout_s)
+    return (current,) if previous is None or previous == current else (current, previous)
+
+
+def _key(
+    environ: Mapping[str, str], name: str, secret_name: str, *, timeout_s: float
+) -> bytes | None:
+    value = read_secret(environ, name, secret_name, timeout_s=timeout_s)
     if value is None:
         return None
     key = value.strip().encode()
     if len(key) < MIN_KEY_BYTES:
         raise SharedCacheError(
-            f"the shared cache key ({KEY_ENV} or {KEY_SECRET_ENV}) is {len(key)} bytes; it must "
+            f"the shared cache key ({name} or {secret_name}) is {len(key)} bytes; it must "
             f"be at least {MIN_KEY_BYTES}, and random: make one with `openssl rand -hex 32`"
         )
     return key

@@ -34,7 +34,7 @@ import tarfile
 import tempfile
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -95,24 +95,26 @@ def entry_name(digest: str, compat_key: str, key: bytes | None, when: float | No
     return f"{stamp_}-{digest}{signature}{SUFFIX}"
 
 
-def check_name(name: str, compat_key: str, key: bytes | None) -> str:
+def check_name(name: str, compat_key: str, keys: Sequence[bytes]) -> str:
     """The digest the entry's bytes must have; raise :class:`EntryError` for a refused name.
 
-    With ``key``, an entry whose name carries no signature, or a signature that is not
-    ``key``'s over this compatibility set, this time and this digest, is refused here,
-    before it is downloaded.
+    With ``keys`` (the job's current key, and its previous one while keys rotate), an
+    entry whose name carries no signature, or a signature that is none of theirs over
+    this compatibility set, this time and this digest, is refused here, before it is
+    downloaded.
     """
     match = _NAME.fullmatch(name)
     if match is None:
         raise EntryError("its name is not an entry's (<time>-<sha256>[-<signature>].tar.gz)")
-    if key is not None:
+    if keys:
         if not match["mac"]:
             raise EntryError(
                 "it is not signed, and this job reads only entries signed with its key "
                 "(TRCOMP_SHARED_CACHE_KEY): written by a job without the key, or by someone else"
             )
-        expected = _mac(key, compat_key, match["stamp"], match["digest"])
-        if not hmac.compare_digest(match["mac"], expected):
+        expected = [_mac(key, compat_key, match["stamp"], match["digest"]) for key in keys]
+        # Every key is tried, none skipped: the time taken says nothing about which matched.
+        if not sum(hmac.compare_digest(match["mac"], mac) for mac in expected):
             raise EntryError(
                 "its signature is not this job's key's for this name and compatibility set: "
                 "written with another key or by someone else, copied under another time or "

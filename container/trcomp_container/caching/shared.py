@@ -32,7 +32,7 @@ from typing import Any
 from trcomp.contract.errors import SharedCacheError
 from trcomp.contract.shared_cache import MAX_READ_BYTES_ENV, SharedCacheLocation, parse_location
 from trcomp_container.caching.budget import Budget
-from trcomp_container.caching.cache_secrets import signing_key
+from trcomp_container.caching.cache_secrets import verifying_keys
 from trcomp_container.caching.compat import CompatSet
 from trcomp_container.caching.entry import (
     SUFFIX,
@@ -68,7 +68,9 @@ class SharedCache:
     """The shared cache of one job: where, what was read, the job's extra environment.
 
     ``key`` is the team's signing key (None: entries are neither signed nor
-    checked); ``writer`` whether this host writes the job's entry. ``read`` and
+    checked), ``keys`` the keys a signature is checked with (``key`` first, then the
+    previous key while the team rotates); ``writer`` whether this host writes the job's
+    entry. ``read`` and
     ``from_lineage`` hold the files the job was given (by the shared cache, by its
     checkpoint location) as they were given: the job's entry leaves them out unless the
     job wrote them again.
@@ -83,6 +85,7 @@ class SharedCache:
     read: dict[str, Stamp] = field(default_factory=dict)
     from_lineage: dict[str, Stamp] = field(default_factory=dict)
     key: bytes | None = None
+    keys: tuple[bytes, ...] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     writer: bool = True
 
@@ -169,7 +172,8 @@ def _open_and_read(
     cache: SharedCache, live: Path, environ: Mapping[str, str], limit: int, budget: Budget
 ) -> None:
     """The read of the shared cache, in the budget's thread; every change through a commit."""
-    key = signing_key(environ, timeout_s=cache.timeout_s)
+    keys = verifying_keys(environ, timeout_s=cache.timeout_s)
+    key = keys[0] if keys else None
     try:
         store = open_store(
             cache.location, cache.compat.key, environ, keyed=key is not None,
@@ -186,8 +190,10 @@ def _open_and_read(
             )
         return
     with budget.commit():
-        cache.store, cache.key = store, key
+        cache.store, cache.key, cache.keys = store, key, keys
         cache.facts.update(where=store.where, signed=key is not None)
+        if len(keys) > 1:
+            cache.facts["previous_key"] = True
     _read_all(cache, store, live, limit, budget)
 
 
@@ -210,7 +216,7 @@ def _read_all(cache: SharedCache, store: Store, live: Path, limit: int, budget: 
         if not name.endswith(SUFFIX):
             continue
         try:
-            digest = check_name(name, cache.compat.key, cache.key)  # before any download
+            digest = check_name(name, cache.compat.key, cache.keys)  # before any download
             if spent + size > limit:
                 # Skipped, not the end: one huge entry must not crowd out the others.
                 with budget.commit():

@@ -28,6 +28,8 @@ __all__ = [
     "KEY_ENV",
     "KEY_SECRET_ENV",
     "MAX_READ_BYTES_ENV",
+    "PREVIOUS_KEY_ENV",
+    "PREVIOUS_KEY_SECRET_ENV",
     "REDIS_CA_ENV",
     "REDIS_PASSWORD_ENV",
     "REDIS_PASSWORD_SECRET_ENV",
@@ -38,6 +40,7 @@ __all__ = [
     "error_code",
     "parse_location",
     "refuse_empty_secrets",
+    "refuse_previous_key_alone",
 ]
 
 # The job's environment, never its hyperparameters (DescribeTrainingJob shows those).
@@ -45,6 +48,11 @@ KEY_ENV = "TRCOMP_SHARED_CACHE_KEY"
 """The team's key: entries are signed with it, and only entries signed with it are read."""
 KEY_SECRET_ENV = "TRCOMP_SHARED_CACHE_KEY_SECRET"
 """A Secrets Manager secret (ARN or name) holding the key, read with the job's role."""
+PREVIOUS_KEY_ENV = "TRCOMP_SHARED_CACHE_KEY_PREVIOUS"
+"""The team's previous key, while it rotates keys: entries signed with it are read too,
+new entries are signed with :data:`KEY_ENV`'s only."""
+PREVIOUS_KEY_SECRET_ENV = "TRCOMP_SHARED_CACHE_KEY_PREVIOUS_SECRET"
+"""A Secrets Manager secret (ARN or name) holding the previous key."""
 REDIS_PASSWORD_ENV = "TRCOMP_REDIS_PASSWORD"
 """The Redis password (``AUTH``) of a ``redis://``/``rediss://`` shared cache."""
 REDIS_PASSWORD_SECRET_ENV = "TRCOMP_REDIS_PASSWORD_SECRET"
@@ -209,6 +217,19 @@ def refuse_empty_secrets(environ: Mapping[str, Any], names: Iterable[str]) -> No
                 f"environment variable {name} is set but empty: an empty key or password "
                 "would mean none. Give it a value (a key: `openssl rand -hex 32`) or remove it."
             )
+
+
+def refuse_previous_key_alone(environ: Mapping[str, Any]) -> None:
+    """Refuse a previous key (:data:`PREVIOUS_KEY_ENV`) without a current one: the job
+    would sign nothing, and read entries of a key the team is retiring. The SDK and the
+    job both check."""
+    previous = PREVIOUS_KEY_ENV in environ or PREVIOUS_KEY_SECRET_ENV in environ
+    if previous and KEY_ENV not in environ and KEY_SECRET_ENV not in environ:
+        raise SharedCacheError(
+            f"{PREVIOUS_KEY_ENV} (or {PREVIOUS_KEY_SECRET_ENV}) is set without a current key: "
+            f"a previous key only adds to the current one while keys rotate. Set {KEY_ENV} "
+            f"(or {KEY_SECRET_ENV}) to the new key, or remove the previous one."
+        )
 
 
 def aws_call_limits(timeout_s: float) -> dict[str, Any]:
