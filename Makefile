@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 
-.PHONY: install install-214 install-v3 test-v3 test-214 demo test test-fast test-upstream test-sdk-lowest lint image base-image docker-engine test-container bench bench-warmstart gpu-check docs clean
+.PHONY: install install-214 install-v3 test-v3 test-214 demo test test-fast test-upstream test-sdk-lowest lint image base-image docker-engine test-container bench bench-warmstart bench-distributed gpu-check docs clean
 
 install: $(VENV)/.installed
 
@@ -196,6 +196,14 @@ bench-warmstart: install install-214
 	TRCOMP_PROCESS_PYTHON_2_14=$${TRCOMP_PROCESS_PYTHON_2_14:-$(abspath $(PY_214))} \
 		$(PY) -m trcomp_bench.warmstart --json $(BENCH_OUT)/warmstart.json $(WARMSTART_ARGS)
 	$(PY) -m trcomp_bench.doctables
+
+# Distributed rows: DDP and FSDP2 of gpt2 on 2 gloo ranks as process-mode jobs, per
+# round the compiler off, the default config cold with the ranks compiling at once and
+# with compile turns, and warm (docs/benchmarks.md). Two rounds of both wraps are 16
+# jobs. DISTRIBUTED_ARGS adds options, e.g. DISTRIBUTED_ARGS="--rounds 3".
+bench-distributed: install
+	$(PY) -m trcomp_bench.distributed --json $(BENCH_OUT)/cpu-distributed.json \
+		$(DISTRIBUTED_ARGS)
 
 # Rewrites every table of measured numbers in docs/ from the JSON behind it
 # (tests/docs/test_doc_tables.py fails while one is stale).

@@ -100,28 +100,50 @@ def test_fit_with_compiler_lands_model_and_summary(
     assert not list(job_dirs["source"].rglob("__pycache__"))
 
 
-def test_two_containers_train_one_ddp_job(
+def test_two_containers_train_one_fsdp2_job_as_the_compiler_off_run(
     image: str,
     job_dirs: dict[str, Path],
     role: str,
     quiet_aws: None,
     capfd: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
+    """Two hosts, one FSDP2 job under the default switch: each block compiled and checked
+    with no code change, and the compiler-off run's losses (the script under torchrun here,
+    two gloo ranks, no hook)."""
     estimator = _estimator(
         job_dirs,
         role,
+        entry_point="train_fsdp2.py",
         instance_count=2,
-        hyperparameters={"steps": 5},
         distribution={"torch_distributed": {"enabled": True}},
     )
     estimator.fit({"training": f"file://{job_dirs['data']}"})
 
     log = capfd.readouterr().out
     assert "rank 0/2" in log and "rank 1/2" in log  # both hosts' logs are shown
-    model = _members(_artifacts(estimator) / "model.tar.gz")
-    info = json.loads(model["info.json"])
-    assert info["world_size"] == 2 and len(info["hosts"]) == 2
-    assert "model.pt" in model
+    artifacts = _artifacts(estimator)
+    job = json.loads(_members(artifacts / "model.tar.gz")["losses.json"])
+    assert len(job["hosts"]) == 2
+    summary = json.loads(_members(artifacts / "output.tar.gz")["data/compiler/summary.json"])
+    assert summary["compiled"].startswith("3 FSDP2 blocks of FSDPNet (by trcomp, no code change)")
+    assert summary["verified"].startswith("3 FSDP2 blocks of FSDPNet matched eager")
+    reference = tmp_path / "reference"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("TRCOMP_", "TORCHINDUCTOR"))},
+        "SM_CHANNEL_TRAINING": str(job_dirs["data"]),
+        "SM_MODEL_DIR": str(reference),
+        "OMP_NUM_THREADS": "1",
+    }
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node"]
+    subprocess.run(
+        [*command, "2", str(job_dirs["source"] / "train_fsdp2.py")],
+        env=env,
+        check=True,
+        timeout=300,
+    )
+    off = json.loads((reference / "losses.json").read_text())["losses"]
+    assert job["losses"] == pytest.approx(off, abs=1e-4)
 
 
 def test_failing_script_shows_its_reason(
