@@ -3,7 +3,6 @@
 Reads numbers from the ``training`` channel, fits y = 3x + 1, saves the model.
 ``--fail-with MSG`` raises instead; ``--sleep S`` waits first (Ctrl-C tests);
 ``--write-files`` leaves files in the code dir and the channel, as scripts do.
-Under torchrun (``torch_distributed``) it trains one DDP job over gloo.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from trcomp import runtime
 
@@ -35,20 +33,14 @@ def main() -> None:
     if args.fail_with:
         raise ValueError(args.fail_with)
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    if world > 1:
-        dist.init_process_group("gloo")
     channel = Path(os.environ["SM_CHANNEL_TRAINING"])
     x = torch.tensor([float(v) for v in (channel / "numbers.txt").read_text().split()]) / 64
-    x = x.reshape(-1, 1)[rank::world]
+    x = x.reshape(-1, 1)
     y = 3 * x + 1
     torch.manual_seed(0)
     model: torch.nn.Module = torch.nn.Sequential(
         torch.nn.Linear(1, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)
     )
-    if world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model)
     model = runtime.compile(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loss = torch.tensor(0.0)
@@ -57,24 +49,19 @@ def main() -> None:
         loss.backward()
         runtime.optimizer_step(optimizer)
         optimizer.zero_grad()
-    print(f"rank {rank}/{world} on {socket.gethostname()}: loss {loss.item():.4f}", flush=True)
+    print(f"on {socket.gethostname()}: loss {loss.item():.4f}", flush=True)
 
     if args.write_files:
         Path("written-by-job.txt").write_text("from the container\n")
         (channel / "written-by-job.txt").write_text("from the container\n")
-    if rank == 0:
-        model_dir = Path(os.environ["SM_MODEL_DIR"])
-        runtime.save(model.state_dict(), model_dir / "model.pt")
-        info = {
-            "world_size": world,
-            "hosts": json.loads(os.environ["SM_HOSTS"]),
-            "backend": runtime.backend(),
-            "loss": loss.item(),
-        }
-        (model_dir / "info.json").write_text(json.dumps(info))
-    if world > 1:
-        dist.barrier()
-        dist.destroy_process_group()
+    model_dir = Path(os.environ["SM_MODEL_DIR"])
+    runtime.save(model.state_dict(), model_dir / "model.pt")
+    info = {
+        "hosts": json.loads(os.environ["SM_HOSTS"]),
+        "backend": runtime.backend(),
+        "loss": loss.item(),
+    }
+    (model_dir / "info.json").write_text(json.dumps(info))
     print(f"script_seconds={time.time() - START:.3f}", flush=True)
 
 
