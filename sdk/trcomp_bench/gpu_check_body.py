@@ -3,7 +3,8 @@
 ``python -m trcomp_bench.gpu_check_body <part> [--dry-run]`` prints one
 ``MARK`` line of JSON. Parts: ``engines`` (one GPU, every engine of
 :data:`ENGINES`), ``step-metric`` (a loop under trcomp's metrics hook, with a
-synchronized reference), ``ddp`` (a torchrun worker: NCCL, DDP overlap).
+synchronized reference), ``ddp`` (a torchrun worker: NCCL, DDP overlap, and FSDP2 sharded
+block by block, eager and with each block compiled as trcomp's zero-code path does).
 
 An engine is a function ``(model, optimizer, batch) -> step`` where ``step()``
 runs one training step and returns the loss; add a backend by adding one.
@@ -208,20 +209,29 @@ def part_ddp(args: argparse.Namespace) -> dict[str, Any] | None:
         "ddp_eager": lambda m: DDP(m),
         "ddp_of_compiled": lambda m: DDP(cast(nn.Module, torch.compile(m))),  # docs/runtime.md
         "compiled_ddp": lambda m: cast(nn.Module, torch.compile(DDP(m))),
+        "fsdp2_eager": lambda m: sharded_blocks(m, compiled=False),
+        "fsdp2_blocks_compiled": lambda m: sharded_blocks(m, compiled=True),
     }
     if args.dry_run:
-        variants = {"ddp_eager": variants["ddp_eager"]}
+        variants = {name: variants[name] for name in ("ddp_eager", *FSDP2_VARIANTS)}
     for name, wrap in variants.items():
-        model, optimizer = fresh()
+        model, _ = fresh()
         try:
-            timings[name] = _timed(_stepper(wrap(model), optimizer, batch), device, 2, args.steps)
+            wrapped = wrap(model)
+            # After wrapping: FSDP2 replaces the parameters with their shards.
+            optimizer = torch.optim.SGD(wrapped.parameters(), lr=1e-3)
+            timings[name] = _timed(_stepper(wrapped, optimizer, batch), device, 2, args.steps)
         except Exception as exc:  # one variant failing is a result of the check, not its end
             timings[name] = {"error": f"{type(exc).__name__}: {str(exc)[:800]}"}
     compute = timings["compute_only"]["step_s"]
     comm = timings["all_reduce_only"]["step_s"]
+    eager, compiled = (timings.get(name, {}).get("losses") for name in FSDP2_VARIANTS)
+    if eager and compiled:
+        diff = max(abs(a - b) for a, b in zip(eager, compiled, strict=True))
+        timings["fsdp2_blocks_compiled"]["max_loss_diff_vs_fsdp2_eager"] = diff
     for name in variants:
         step_s = timings[name].get("step_s")
-        if step_s is not None:
+        if step_s is not None and name not in FSDP2_VARIANTS:
             # 1.0: the all-reduce hides entirely behind backward; 0: none of it does.
             timings[name]["overlap"] = (compute + comm - step_s) / comm if comm > 0 else None
         timings[name].pop("losses", None)
@@ -229,6 +239,33 @@ def part_ddp(args: argparse.Namespace) -> dict[str, Any] | None:
         timings[name].pop("losses", None)
     dist.destroy_process_group()
     return {**facts, **timings} if rank == 0 else None
+
+
+FSDP2_VARIANTS = ("fsdp2_eager", "fsdp2_blocks_compiled")
+"""The ddp part's FSDP2 variants: sharded block by block, eager and compiled as trcomp does."""
+
+
+def sharded_blocks(model: nn.Module, *, compiled: bool) -> nn.Module:
+    """``make_model``'s layers as blocks of four (Linear, GELU, Linear, LayerNorm), each
+    sharded with FSDP2, then the root; ``compiled``: each block's forward compiled inside
+    FSDP's hooks, one traced function for all (trcomp's zero-code path for FSDP2)."""
+    import functools
+
+    from torch.distributed.fsdp import fully_shard
+
+    layers = list(model.children())
+    root = nn.Sequential(*(nn.Sequential(*layers[i : i + 4]) for i in range(0, len(layers), 4)))
+    for block in root:
+        fully_shard(block)
+    fully_shard(root)
+    if compiled:
+        from trcomp_container.inprocess.fsdp import shared_forward
+
+        cls = type(root[0])
+        forward = shared_forward(torch, cls, "gpu_check_fsdp2_block", lambda _: None, {})
+        for block in root:
+            block.forward = functools.partial(forward, block)
+    return root
 
 
 def part_plain_loop(args: argparse.Namespace) -> dict[str, Any]:

@@ -103,6 +103,8 @@ def test_gpu_check_dry_run_passes_on_cpu(tmp_path: Path) -> None:
     assert results["engines"]["engines"]["inductor"]["max_loss_diff_vs_eager"] < 1e-4
     assert results["step-metric"]["hook_steps"] == results["step-metric"]["hook_steps_expected"]
     assert results["ddp"]["world_size"] == 2
+    # FSDP2 on two gloo ranks: each block compiled inside FSDP's hooks trains as eager FSDP2.
+    assert results["ddp"]["fsdp2_blocks_compiled"]["max_loss_diff_vs_fsdp2_eager"] < 1e-4
     assert "## ddp: ok" in (tmp_path / "gpu-check.md").read_text()
     zero_code = results["zero-code"]
     assert [m["module"] for m in zero_code["compiled_modules"]] == ["Sequential"]
