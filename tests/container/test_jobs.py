@@ -164,6 +164,14 @@ def test_torchrun_two_processes_with_inductor_and_debug(tmp_path):
     summary = run.summary
     assert summary["distribution"] == "torch_distributed" and summary["nproc_per_node"] == 2
     assert [rank["rank"] for rank in summary["ranks"]] == [0, 1]
+    # Compile turns: rank 1 compiled after rank 0 and found every inductor graph it wrote.
+    rank1 = summary["ranks"][1]["compile_cache"]
+    assert rank1["fxgraph_miss"] == 0 and rank1["fxgraph_hit"] > 0, rank1
+    assert (
+        f"rank 1: {rank1['fxgraph_hit']} of {rank1['fxgraph_hit']} inductor graphs"
+        in (summary["by_rank"])
+    ), summary["by_rank"]
+    assert summary["first_step_skew_s"] is not None
     assert all(rank["steps"] == 8 for rank in summary["ranks"])
     assert summary["metrics"]["graphs_compiled"] >= 1
     # The model compiled through trcomp.runtime.compile under DDP, checked against eager on
