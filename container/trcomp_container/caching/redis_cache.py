@@ -9,6 +9,9 @@ scripts (``fx_graph_runnable.py``, ``debug=True``). The password, from
 :data:`REDIS_PASSWORD_ENV` or a Secrets Manager secret, reaches the training
 processes as :data:`REDIS_PASSWORD_ENV`, and the start-up hook's Redis guard
 gives it to inductor's client (:mod:`trcomp_container.inprocess.patches.redis_backend`).
+The team's key, from the environment or its secret, reaches them the same way
+(:data:`KEY_ENV`, and :data:`PREVIOUS_KEY_ENV` while the team rotates keys): the
+guard signs every value inductor stores and refuses every value no key signed.
 The URL has socket timeouts (redis-py's default waits forever in
 older versions, and torch marks the cache unavailable only on connection
 errors), and the CA bundle of a ``rediss://`` server. Before it sets any
@@ -25,13 +28,15 @@ from urllib.parse import quote, urlencode
 
 from trcomp.contract.errors import SharedCacheError
 from trcomp.contract.shared_cache import (
+    KEY_ENV,
+    PREVIOUS_KEY_ENV,
     REDIS_CA_ENV,
     REDIS_PASSWORD_ENV,
     REDIS_PASSWORD_SECRET_ENV,
     SharedCacheLocation,
 )
 from trcomp_container.caching.budget import Budget
-from trcomp_container.caching.cache_secrets import read_secret
+from trcomp_container.caching.cache_secrets import read_secret, verifying_keys
 
 __all__ = [
     "SCAN_COUNT",
@@ -77,13 +82,16 @@ def redis_environment(
     gpu: bool,
     url: str | None = None,
     password: str | None = None,
+    keys: tuple[bytes, ...] = (),
 ) -> dict[str, str]:
     """Inductor's remote caches on Redis (torch 2.9 names; the image has ``redis``).
 
     ``url`` carries no password (:func:`redis_url` with ``None``); ``password`` goes in
     :data:`REDIS_PASSWORD_ENV`, a name torch neither reads nor writes into its repro
-    scripts. The autotune caches only on GPU hosts: they tune triton kernels, and on
-    CPU torch 2.9's bundled autotune cache fails every compile (no backend hash).
+    scripts; so do ``keys`` (the current key, then the previous one) in :data:`KEY_ENV`
+    and :data:`PREVIOUS_KEY_ENV`. The autotune caches only on GPU hosts: they tune triton
+    kernels, and on CPU torch 2.9's bundled autotune cache fails every compile (no
+    backend hash).
     """
     env = {
         "TORCHINDUCTOR_REDIS_URL": url or redis_url(location, None),
@@ -96,6 +104,8 @@ def redis_environment(
         env["TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE"] = "1"
     if password:
         env[REDIS_PASSWORD_ENV] = password
+    for name, key in zip((KEY_ENV, PREVIOUS_KEY_ENV), keys, strict=False):
+        env[name] = key.decode()
     return env
 
 
@@ -153,8 +163,9 @@ class RedisFound:
     """What :func:`open_redis` found; the caller puts it into the job's shared cache.
 
     ``environment`` holds inductor's remote-cache variables (empty: the job runs
-    without them); ``remote_cache`` whether they are on (None: Redis was not
-    tried, the engine is not inductor); ``warm`` whether the server holds
+    without them) and the team's keys; ``signed`` whether the job has a key;
+    ``remote_cache`` whether they are on (None: Redis was not tried, the engine is not
+    inductor); ``warm`` whether the server holds
     inductor's entries; ``budget_hit`` whether the check outlasted its budget.
     """
 
@@ -162,6 +173,7 @@ class RedisFound:
     remote_cache: bool | None = None
     warm: bool = False
     budget_hit: bool = False
+    signed: bool = False
     warnings: tuple[str, ...] = ()
 
 
@@ -189,11 +201,12 @@ def open_redis(
             )
         )
 
-    def probe() -> tuple[str | None, bool]:
+    def probe() -> tuple[str | None, tuple[bytes, ...], bool]:
         password = redis_password(environ, timeout_s=timeout_s)
         check_redis_trust(location, password=password, remote_job=remote_job, insecure=insecure)
+        keys = verifying_keys(environ, timeout_s=timeout_s)
         url = redis_url(location, password, ca_certs=ca_certs(environ))  # this process only
-        return password, redis_has_entries(url, timeout_s=min(timeout_s, _CALL_TIMEOUT_S))
+        return password, keys, redis_has_entries(url, timeout_s=min(timeout_s, _CALL_TIMEOUT_S))
 
     try:
         done, answer = Budget(timeout_s, name="trcomp-shared-redis").run(probe)
@@ -220,10 +233,11 @@ def open_redis(
                 "remote caches and compiles cold",
             ),
         )
-    password, has_entries = answer
+    password, keys, has_entries = answer
     url = redis_url(location, None, ca_certs=ca_certs(environ))
     return RedisFound(
-        environment=redis_environment(location, gpu=gpu, url=url, password=password),
+        environment=redis_environment(location, gpu=gpu, url=url, password=password, keys=keys),
         remote_cache=True,
         warm=has_entries,
+        signed=bool(keys),
     )

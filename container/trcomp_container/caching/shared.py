@@ -271,6 +271,7 @@ def _apply_redis(cache: SharedCache, found: RedisFound) -> None:
         cache.facts["read_budget_hit"] = True
     if found.remote_cache:
         cache.facts["warm"] = found.warm
+        cache.facts["signed"] = found.signed
     cache.environment.update(found.environment)
     for warning in found.warnings:
         cache._warn(warning)

@@ -96,6 +96,16 @@ class CompileCache(_Flat):
     fxgraph_miss: int = 0
     aotautograd_hit: int = 0
     aotautograd_miss: int = 0
+    redis_values_refused: int | None = None
+    """Values read from a Redis shared cache that no key of the job signed under their name
+    (each a miss, :mod:`.patches.redis_backend`); None (key left out) without a Redis
+    shared cache."""
+
+    def to_json(self) -> dict[str, Any]:
+        body = super().to_json()
+        if self.redis_values_refused is None:
+            del body["redis_values_refused"]
+        return body
 
 
 @dataclass(frozen=True)

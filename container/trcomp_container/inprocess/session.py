@@ -90,6 +90,9 @@ class Session:
         self.turns = Turns.from_env(dict(os.environ))
         """Compiles taken in turn by the ranks of a host (:mod:`.turns`)."""
         self.switch: Any = None  # a switch.Switch once torch is imported in a compiled job
+        self.redis_guard: Any = None
+        """The :class:`.patches.redis_backend.RedisGuard` once inductor's remote cache is
+        imported in a job with a Redis shared cache (its refused values reach the record)."""
         self.stays: list[Change] | None = None
         """What stayed after close (by design); None until closed."""
         self._previous_except_hook = sys.excepthook
@@ -201,13 +204,15 @@ class Session:
             return
         from trcomp_container.inprocess.patches import redis_backend
 
-        undo = redis_backend.install(remote_cache, redis_backend.RedisGuard(self.warn))
+        guard = redis_backend.RedisGuard(self.warn)
+        undo = redis_backend.install(remote_cache, guard)
         if undo is None:
             self.warn(
                 "torch has no RedisRemoteCacheBackend._get/_put: a Redis that stops answering "
                 "fails the compile"
             )
         else:
+            self.redis_guard = guard
             self.ledger.record("inductor: Redis backend guarded", undo)
 
     def _after_torch_xla(self, torch_xla: ModuleType) -> None:
@@ -314,7 +319,10 @@ class Session:
         compiled = state.compile_events > 0 or any(
             name in sys.modules for name in ("torch_xla", reports.JAX_ENGINE)
         )
-        if directory is None or not (state.steps or compiled or state.error or state.warnings):
+        refused = self.redis_guard is not None and self.redis_guard.refused
+        if directory is None or not (
+            state.steps or compiled or state.error or state.warnings or refused
+        ):
             return
         from trcomp_container.inprocess.recording import build_record
 

@@ -15,22 +15,44 @@ The same wrappers give inductor's client the Redis password, from
 ``TRCOMP_REDIS_PASSWORD`` (set by the entrypoint), before its first call:
 ``TORCHINDUCTOR_REDIS_URL`` carries none, since torch writes the variables it
 reads into its repro scripts.
+
+And they sign what inductor stores and check what it reads, when the job has the
+team's key (``TRCOMP_SHARED_CACHE_KEY``, and ``..._PREVIOUS`` while it rotates keys,
+set by the entrypoint; names torch never dumps): a value is stored as
+:data:`HEADER`, an HMAC-SHA256 of its Redis key name and bytes with the current key,
+then the bytes inductor gave. A value read back that no key signed under that name
+(unsigned, changed, copied from another key name) is a miss, never handed to
+inductor (it unpickles FX-graph entries: code), and is counted
+(:attr:`RedisGuard.refused`); the record carries the count and one warning. Without
+a key values are stored as they are, and read as they are but for a signature, which
+is taken off unchecked (a keyed job's value is still a hit): Redis is then exactly as
+trusted as its password.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-from trcomp.contract.shared_cache import REDIS_PASSWORD_ENV
+from trcomp.contract.shared_cache import KEY_ENV, PREVIOUS_KEY_ENV, REDIS_PASSWORD_ENV
 from trcomp_container.inprocess import torch_compat
 
-__all__ = ["CALL_DEADLINE_S", "RedisGuard", "install"]
+__all__ = [
+    "CALL_DEADLINE_S",
+    "HEADER",
+    "RedisGuard",
+    "install",
+    "keys_from_env",
+    "sign",
+    "verified",
+]
 
 
 CALL_DEADLINE_S = 5.0
@@ -38,54 +60,142 @@ CALL_DEADLINE_S = 5.0
 not the call: a server that trickles its reply a byte at a time held one lookup 25 s."""
 
 
+HEADER = b"trcomp-redis-value/1\n"
+"""What a signed value starts with (the version of the scheme), before its 32-byte MAC."""
+_MAC_BYTES = 32
+
+
+def _mac(key: bytes, name: str, value: bytes) -> bytes:
+    named = name.encode("utf-8", "surrogatepass")
+    # The name's length first: no name/value split can read as another.
+    message = HEADER + len(named).to_bytes(8, "big") + named + value
+    return hmac.new(key, message, hashlib.sha256).digest()
+
+
+def sign(key: bytes, name: str, value: bytes) -> bytes:
+    """``value`` as stored under the Redis key ``name``: header, MAC with ``key``, value."""
+    return HEADER + _mac(key, name, value) + value
+
+
+def verified(keys: Sequence[bytes], name: str, stored: bytes) -> bytes | None:
+    """The value :func:`sign` stored under ``name`` with one of ``keys``; None otherwise."""
+    start = len(HEADER) + _MAC_BYTES
+    if not stored.startswith(HEADER) or len(stored) < start:
+        return None
+    mac, value = stored[len(HEADER) : start], stored[start:]
+    # Every key tried, whichever matches: the time taken says nothing about which.
+    if sum(hmac.compare_digest(mac, _mac(key, name, value)) for key in keys):
+        return value
+    return None
+
+
+def _unchecked(stored: bytes) -> bytes:
+    """A value as a job without a key reads it: the signature, if any, taken off."""
+    if stored.startswith(HEADER) and len(stored) >= len(HEADER) + _MAC_BYTES:
+        return stored[len(HEADER) + _MAC_BYTES :]
+    return stored
+
+
+def keys_from_env(environ: Mapping[str, str]) -> tuple[bytes, ...]:
+    """The team's current key, then its previous one, as the entrypoint gave them (checked
+    there); empty when the job has none."""
+    current = (environ.get(KEY_ENV) or "").strip().encode()
+    if not current:
+        return ()
+    previous = (environ.get(PREVIOUS_KEY_ENV) or "").strip().encode()
+    return (current, previous) if previous and previous != current else (current,)
+
+
 class RedisGuard:
     """Whether a Redis error, or a call past its deadline, turned inductor's remote cache off
-    in this process."""
+    in this process; the job's keys, and how many values read failed them."""
 
     def __init__(
         self,
         warn: Callable[[str], None],
         deadline_s: float = CALL_DEADLINE_S,
         password: str | None = None,
+        keys: Sequence[bytes] | None = None,
     ) -> None:
-        """``password``: the Redis password (default: ``TRCOMP_REDIS_PASSWORD``, read now)."""
+        """``password``: the Redis password (default: ``TRCOMP_REDIS_PASSWORD``, read now);
+        ``keys``: the keys values are signed (the first) and checked with (default:
+        :func:`keys_from_env` of this process; empty: neither)."""
         self.down = False
         self.deadline_s = deadline_s
+        self.keys = tuple(keys) if keys is not None else keys_from_env(os.environ)
+        self.refused = 0
+        """Values read that no key signed under their name: each was a miss."""
         self._warn = warn
         self._password = password or os.environ.get(REDIS_PASSWORD_ENV) or None
 
-    def wrap(self, method: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap_get(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        """``_get(key)`` within the deadline; with keys, only a value signed under ``key``."""
         guard = self
 
         @functools.wraps(method)
-        def call(backend: Any, *args: Any, **kwargs: Any) -> Any:
-            if guard.down:
-                return None  # a miss: compile, and do not wait on that Redis again
-            guard._authenticate(backend)
-            outcome: dict[str, Any] = {}
-
-            def work() -> None:
-                try:
-                    outcome["value"] = method(backend, *args, **kwargs)
-                except BaseException as exc:  # handed to the caller's thread just below
-                    outcome["error"] = exc
-
-            # A daemon thread: one stuck in a read is left behind, never waited for.
-            thread = threading.Thread(target=work, name="trcomp-redis-call", daemon=True)
-            thread.start()
-            thread.join(guard.deadline_s)
-            if thread.is_alive():
-                guard._off(backend, f"a call took more than {guard.deadline_s:g} s")
+        def get(backend: Any, key: str, *args: Any, **kwargs: Any) -> Any:
+            stored = guard._call(method, backend, key, *args, **kwargs)
+            if stored is None:
                 return None
-            exc = outcome.get("error")
-            if exc is None:
-                return outcome.get("value")
-            if not _is_redis_error(exc):
-                raise exc
-            guard._off(backend, f"{type(exc).__name__}: {exc}")
-            return None
+            if not guard.keys:  # trusted as it is; a keyed job's header would not decode
+                return _unchecked(bytes(stored))
+            value = verified(guard.keys, key, bytes(stored))
+            if value is None:
+                guard.refused += 1  # a miss: inductor compiles it again
+            return value
 
-        return call
+        return get
+
+    def wrap_put(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        """``_put(key, data)`` within the deadline; with keys, ``data`` signed under ``key``."""
+        guard = self
+
+        @functools.wraps(method)
+        def put(backend: Any, key: str, data: Any, *args: Any, **kwargs: Any) -> Any:
+            if guard.keys and isinstance(data, bytes | bytearray):
+                data = sign(guard.keys[0], key, bytes(data))
+            return guard._call(method, backend, key, data, *args, **kwargs)
+
+        return put
+
+    def refused_warning(self) -> str | None:
+        """One warning naming how many values were refused; None when none was."""
+        if not self.refused:
+            return None
+        return (
+            f"{self.refused} value(s) read from the Redis of shared_cache carried no valid "
+            "signature of the team's key (unsigned, changed, or copied from another key name) "
+            "and were treated as misses: inductor compiled those graphs again instead of "
+            "loading them. A job without the key, or someone with the Redis password, wrote "
+            "them (docs/remote.md, Redis)."
+        )
+
+    def _call(self, method: Callable[..., Any], backend: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.down:
+            return None  # a miss: compile, and do not wait on that Redis again
+        self._authenticate(backend)
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                outcome["value"] = method(backend, *args, **kwargs)
+            except BaseException as exc:  # handed to the caller's thread just below
+                outcome["error"] = exc
+
+        # A daemon thread: one stuck in a read is left behind, never waited for.
+        thread = threading.Thread(target=work, name="trcomp-redis-call", daemon=True)
+        thread.start()
+        thread.join(self.deadline_s)
+        if thread.is_alive():
+            self._off(backend, f"a call took more than {self.deadline_s:g} s")
+            return None
+        exc = outcome.get("error")
+        if exc is None:
+            return outcome.get("value")
+        if not _is_redis_error(exc):
+            raise exc
+        self._off(backend, f"{type(exc).__name__}: {exc}")
+        return None
 
     def _authenticate(self, backend: Any) -> None:
         """Give the backend's client the password: redis-py connects at the first call, with
@@ -112,8 +222,9 @@ def install(remote_cache: ModuleType, guard: RedisGuard) -> Callable[[], None] |
     if backend is None:
         return None
     before = {name: backend.__dict__.get(name) for name in torch_compat.REDIS_BACKEND_METHODS}
+    wrappers = {"_get": guard.wrap_get, "_put": guard.wrap_put}
     for name in torch_compat.REDIS_BACKEND_METHODS:
-        setattr(backend, name, guard.wrap(getattr(backend, name)))
+        setattr(backend, name, wrappers[name](getattr(backend, name)))
 
     def undo() -> None:
         for name, method in before.items():
