@@ -114,6 +114,39 @@ def test_a_second_job_elsewhere_compiles_nothing_from_the_shared_cache(
     print(f"shared cache {kind}: first step {first_steps}")  # recorded, not asserted
 
 
+def test_a_rewritten_redis_value_is_a_miss_a_keyed_job_counts_in_its_summary(services, tmp_path):
+    """Someone with the Redis password but not the key rewrites every value a keyed job
+    stored: the next keyed job compiles each graph again instead of loading the rewritten
+    value, and its summary counts them (before, the values went to inductor unchecked)."""
+    import redis
+
+    key = "job-team-key-5e0c7a9d3b1f4e26"
+    server = services["rediss"]
+    env = {**_env("rediss", services), "TRCOMP_SHARED_CACHE_KEY": key}
+    client = redis.Redis.from_url(
+        server.url, password=server.password, ssl_ca_certs=server.ca_certs
+    )
+    client.flushall()  # the other Redis jobs' values are not this test's
+    try:
+        cold = _job(tmp_path, "keyed-first", _config(server.url), **env)
+        names = list(client.scan_iter("pt2:*"))
+        assert names and all(client.get(name).startswith(b"trcomp-redis-value/1") for name in names)
+        for name in names:
+            client.set(name, b'{"attacker": true}')
+        warm = _job(tmp_path, "keyed-second", _config(server.url), **env)
+    finally:
+        client.flushall()
+        client.close()
+    assert cold.summary["shared_cache"]["signed"] is True
+    assert cold.summary["ranks"][0]["compile_cache"]["redis_values_refused"] == 0
+    cache = warm.summary["ranks"][0]["compile_cache"]
+    assert cache["redis_values_refused"] > 0 and cache["fxgraph_hit"] == 0, cache
+    warned = [w for w in warm.summary["warnings"] if "no valid signature" in w]
+    assert len(warned) == 1 and warned[0].startswith(f"{cache['redis_values_refused']} value")
+    assert key not in json.dumps([cold.summary, warm.summary]) + cold.output + warm.output
+    print(f"refused: {cache}")  # recorded in the commit
+
+
 def test_three_jobs_at_once_on_an_empty_shared_cache_all_succeed(services, tmp_path):
     uri = f"file://{tmp_path / 'empty-shared'}"
     config = _config(uri)
