@@ -133,7 +133,8 @@ def test_a_rewritten_redis_value_is_a_miss_a_keyed_job_counts_in_its_summary(ser
         assert names and all(client.get(name).startswith(b"trcomp-redis-value/1") for name in names)
         for name in names:
             client.set(name, b'{"attacker": true}')
-        warm = _job(tmp_path, "keyed-second", _config(server.url), **env)
+        # With debug=True: torch writes its repro scripts and trace logs into the job's output.
+        warm = _job(tmp_path, "keyed-second", _config(server.url, debug=True), **env)
     finally:
         client.flushall()
         client.close()
@@ -144,6 +145,12 @@ def test_a_rewritten_redis_value_is_a_miss_a_keyed_job_counts_in_its_summary(ser
     warned = [w for w in warm.summary["warnings"] if "no valid signature" in w]
     assert len(warned) == 1 and warned[0].startswith(f"{cache['redis_values_refused']} value")
     assert key not in json.dumps([cold.summary, warm.summary]) + cold.output + warm.output
+    # No file either job left holds the key or the Redis password (debug dumps included).
+    files = [path for path in tmp_path.rglob("*") if path.is_file()]
+    assert any(path.name == "fx_graph_runnable.py" for path in files), "no debug dumps"
+    secrets = [key.encode(), server.password.encode()]
+    holding = [path for path in files if any(secret in path.read_bytes() for secret in secrets)]
+    assert not holding, holding
     print(f"refused: {cache}")  # recorded in the commit
 
 
