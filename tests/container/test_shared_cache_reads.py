@@ -241,6 +241,35 @@ def test_an_s3_read_stops_when_its_budget_ends(moto, tmp_path, monkeypatch, s3_b
     assert _files(tmp_path / "r" / "live") == []
 
 
+def test_an_s3_write_past_its_budget_never_appears(moto, tmp_path, monkeypatch):
+    """The upload outlasted the write budget, then went on: no entry appears (it did before:
+    the upload, once started, went to the entry's own name), and its partial object is gone."""
+    import boto3
+
+    create_bucket("write-cache")
+    live = tmp_path / "w" / "live"
+    (live / "inductor").mkdir(parents=True)
+    (live / "inductor" / "g").write_bytes(b"graph")
+    writer = _open("s3://write-cache/compile", live, timeout_s=1)
+    released, uploads = threading.Event(), []
+    put = writer.store.s3.put_object
+
+    def held(**kwargs):
+        released.wait(60)  # the upload is under way when the job stops waiting for it
+        uploads.append(kwargs["Key"])
+        return put(**kwargs)
+
+    monkeypatch.setattr(writer.store.s3, "put_object", held)
+    facts = writer.finish(live, succeeded=True)
+    assert facts["write_budget_hit"] is True and facts["files_written"] == 0
+    released.set()
+    for thread in threading.enumerate():  # until the abandoned write has ended
+        if thread.name == "trcomp-shared-write":
+            thread.join(60)
+    listed = boto3.client("s3").list_objects_v2(Bucket="write-cache").get("Contents", [])
+    assert uploads and [item["Key"] for item in listed] == []
+
+
 def test_a_location_behind_a_symlink_is_used_where_it_was_checked(tmp_path, monkeypatch):
     """The link is repointed at a planted cache right after the job's checks: the job still
     reads and writes the directory it checked."""

@@ -27,6 +27,7 @@ budget (:mod:`trcomp_container.caching.shared`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -236,10 +237,24 @@ class S3Store:
         for page in pages:
             for item in page.get("Contents", []):
                 name = str(item["Key"])[len(self.prefix) :]
-                if name and "/" not in name:
+                if name.startswith(_PARTIAL):
+                    self._remove_if_stale(str(item["Key"]), item.get("LastModified"))
+                elif name and "/" not in name:
                     size, etag = int(item.get("Size", 0)), str(item.get("ETag", ""))
                     found.append(Listed(name, size, etag))
         return found
+
+    def _remove_if_stale(self, key: str, modified: Any) -> None:
+        """Delete a partial upload older than :data:`STALE_PARTIAL_S` (its writer died)."""
+        if modified is not None and time.time() - modified.timestamp() > STALE_PARTIAL_S:
+            self._delete(key)
+
+    def _delete(self, key: str) -> None:
+        """Delete ``key``; one we may not delete, or gone meanwhile, is never read anyway."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        with contextlib.suppress(BotoCoreError, ClientError):
+            self.s3.delete_object(Bucket=self.bucket, Key=key, ExpectedBucketOwner=self.account)
 
     def get(self, listed: Listed, dest: Path, *, stop: Callable[[], bool]) -> None:
         # IfMatch: an object replaced since the listing is refused (412) before a byte of
@@ -259,15 +274,23 @@ class S3Store:
             body.close()
 
     def put(self, name: str, source: Path, commit: Commit) -> None:
-        with commit():  # past the budget: not started (one started may still complete)
-            pass
-        with source.open("rb") as body:
-            self.s3.put_object(
-                Bucket=self.bucket,
-                Key=self.prefix + name,
-                Body=body,
-                ExpectedBucketOwner=self.account,
-            )
+        # Uploaded under a partial name, then copied to its own inside commit(): an upload
+        # that outlasts the write budget never becomes an entry.
+        staged = f"{self.prefix}{_PARTIAL}{uuid.uuid4().hex}"
+        owner = {"ExpectedBucketOwner": self.account}
+        try:
+            with source.open("rb") as body:
+                self.s3.put_object(Bucket=self.bucket, Key=staged, Body=body, **owner)
+            with commit():  # past the budget: the entry never appears
+                self.s3.copy_object(
+                    Bucket=self.bucket,
+                    Key=self.prefix + name,
+                    CopySource={"Bucket": self.bucket, "Key": staged},
+                    ExpectedSourceBucketOwner=self.account,
+                    **owner,
+                )
+        finally:
+            self._delete(staged)  # one left behind is never read; a later lister removes it
 
 
 def open_store(

@@ -23,11 +23,23 @@ dist = torch.distributed
 fully_shard = pytest.importorskip("torch.distributed.fsdp").fully_shard
 
 
+_MESH: list = []
+
+
 @pytest.fixture(autouse=True)
 def one_rank(_fresh_dynamo):  # noqa: F811 (test_verify's fixture undoes the hooks after it)
+    from torch.distributed.device_mesh import init_device_mesh
+
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    # A CPU mesh named, not found: fully_shard's default asks torch for the accelerator,
+    # which fails in a process where an earlier test renamed the PrivateUse1 backend.
+    _MESH[:] = [init_device_mesh("cpu", (1,))]
     yield
     dist.destroy_process_group()
+
+
+def shard(module: nn.Module) -> None:
+    fully_shard(module, mesh=_MESH[0])
 
 
 class Block(nn.Module):
@@ -58,8 +70,8 @@ def sharded() -> nn.Module:
     torch.manual_seed(0)
     model = Net()
     for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
+        shard(block)
+    shard(model)
     return model
 
 
@@ -153,8 +165,8 @@ def test_a_block_whose_call_takes_an_object_it_changes_is_left_eager():
         torch.manual_seed(0)
         model = CachedNet()
         for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
+            shard(block)
+        shard(model)
         generator = torch.Generator().manual_seed(1)
         batches = [torch.randn(6, 4, generator=generator) for _ in range(4)]
         try:
@@ -176,7 +188,7 @@ def test_a_block_whose_call_takes_an_object_it_changes_is_left_eager():
 def test_a_model_sharded_only_at_its_root_is_compiled_whole():
     torch.manual_seed(0)
     model = Net()
-    fully_shard(model)
+    shard(model)
     assert fsdp.blocks(model) == []
     assert fsdp.blocks(Net()) == []  # not sharded at all
 
