@@ -62,6 +62,7 @@ from trcomp_container.inprocess.compiled import (
     LimitLog,
 )
 from trcomp_container.inprocess.eager import EagerMode
+from trcomp_container.inprocess.graphcheck import checked_kwargs
 from trcomp_container.inprocess.ledger import Ledger
 from trcomp_container.inprocess.policy import (
     REENTRANT,
@@ -69,6 +70,7 @@ from trcomp_container.inprocess.policy import (
     candidate_reason,
     wrapped_by_ddp,
 )
+from trcomp_container.inprocess.unrolled import Census, loop_reason
 from trcomp_container.inprocess.verify import agree_verdicts
 
 __all__ = ["MAX_CHECKED_CALLS", "MAX_LOOKS", "AutoCompile"]
@@ -121,6 +123,9 @@ class AutoCompile:
         self.verify = verify
         self.compare_random = compare_random
         self.compile_kwargs = compile_kwargs
+        self.torch_kwargs = checked_kwargs(self, compile_kwargs) if verify else compile_kwargs
+        """What the hook passes to ``torch.compile``: with ``verify``, the configured backend
+        wrapped in the graph check (:mod:`.graphcheck`)."""
         self.fallback_eager = fallback_eager
         self.regional = regional
         self.on_model = on_model
@@ -129,6 +134,10 @@ class AutoCompile:
         self.superseded: list[str] = []
         """Submodules compiled first, then compiled as part of the outermost module."""
         self._modules: dict[int, CompiledModule] = {}
+        self._objects: dict[int, Any] = {}
+        """Each entry's module (by the entry's id)."""
+        self._census: tuple[Census, list[CompiledModule]] | None = None
+        """Calls counted during the first (eager) call of the modules just compiled."""
         self.running: CompiledModule | None = None
         """The module whose compiled call is running (a limit hit in a frame it calls)."""
         self.adopted: set[int] = set()
@@ -203,6 +212,33 @@ class AutoCompile:
         """Remove the global hooks; modules already compiled stay compiled."""
         if self.active:
             self._ledger.undo(_HOOKS)
+        self._count_done()
+
+    def remember(self, entry: CompiledModule, module: Any) -> None:
+        """Keep ``entry``'s module (:meth:`module_of`)."""
+        self._objects[id(entry)] = module
+
+    def module_of(self, entry: CompiledModule) -> Any:
+        """The module ``entry`` stands for; None when not known."""
+        return self._objects.get(id(entry))
+
+    @property
+    def sole_entry(self) -> CompiledModule | None:
+        """The one module compiled, when there is exactly one (a graph compiled outside
+        any module's call, as a recomputation in backward, belongs to it)."""
+        return self.compiled[0] if len(self.compiled) == 1 else None
+
+    def double_backward(self, entry: CompiledModule) -> None:
+        """A backward with ``create_graph=True`` went through ``entry``'s compiled graphs:
+        that step got eager's gradients (:mod:`.regionfn`), and it runs eager from now on,
+        which costs less than recomputing at every such backward."""
+        entry.double_backwards += 1
+        if entry.failed is None:
+            entry.failed = (
+                "a backward through it with create_graph=True (a gradient penalty or "
+                "higher-order gradients): torch's compiled backward cannot build that graph; "
+                "the step's gradients were recomputed eagerly and it runs eager from then on"
+            )
 
     @property
     def ranks(self) -> int:
@@ -239,6 +275,9 @@ class AutoCompile:
             and entry.verdicts
             and (not whole_step or (entry.check_started or 0) < self.steps - 1)
         ]
+        for entry in self.compiled:
+            if entry.checking and not entry.verdicts and entry.calls and whole_step:
+                entry.checking = False  # a whole step ran none of its graphs: none to check
         if not checked:
             return
         local = [next((v.problem for v in e.verdicts if v.problem), None) for e in checked]
@@ -248,6 +287,7 @@ class AutoCompile:
             entry.checking = False
             entry.verdicts = []
             entry.check_started = None
+            entry.checked_calls = 0
             entry.verified = problem is None
             if problem is not None:
                 entry.failed = f"verification: {problem}"[:REASON_CHARS]
@@ -277,6 +317,8 @@ class AutoCompile:
             self.depth += 1
             if self.depth == 1 and id(module) not in self._seen:
                 self._consider(module, args)
+            elif self._census is not None:
+                self._census[0].count(module)
         except Exception as exc:  # the hooks' no-harm boundary: never break the script
             self._stop(f"{type(exc).__name__}: {exc}")
 
@@ -284,6 +326,19 @@ class AutoCompile:
         if self.torch.compiler.is_compiling():
             return
         self.depth = max(0, self.depth - 1)
+        if self.depth == 0:
+            self._count_done()
+
+    def _count_done(self) -> None:
+        """The first call of the modules just compiled ended: any loop it unrolls?"""
+        if self._census is None:
+            return
+        census, entries = self._census
+        self._census = None
+        for entry in entries:
+            module = self.module_of(entry)
+            if module is not None:
+                entry.loop = loop_reason(module, census)
 
     def _stop(self, message: str) -> None:
         self.error = f"the zero-code hook stopped, modules not yet compiled stay eager: {message}"[
@@ -327,11 +382,14 @@ class AutoCompile:
         if inner is not None:
             module, name = inner, f"{name}({type(inner).__name__})"
         self._supersede(module)
+        first = len(self.compiled)
         sharded = fsdp.blocks(module)
         for path, block in sharded:
             self._compile_block(block, f"{name}.{path}", name)
         if not sharded:
             self._compile(module, name)
+        if self.verify:  # this call runs eager: count what it calls (:mod:`.unrolled`)
+            self._census = (Census(), self.compiled[first:])
 
     def _supersede(self, module: Any) -> None:
         """Take back the hook's compile of submodules of ``module``: the trained model is the
@@ -354,6 +412,7 @@ class AutoCompile:
     def _compile(self, module: Any, name: str) -> None:
         entry = CompiledModule(name, sum(p.numel() for p in module.parameters()))
         self.compiled.append(entry)
+        self.remember(entry, module)
         try:
             entry.call = compile_in_place(
                 module,
@@ -361,6 +420,7 @@ class AutoCompile:
                 self.compile_kwargs,
                 regional=self.regional,
                 call=traced_call(self, module, entry),
+                compile_with=self.torch_kwargs,
             )
         except Exception as exc:  # any compile-setup error: the module stays eager, named
             entry.failed = f"{type(exc).__name__}: {exc}"[:REASON_CHARS]
@@ -404,17 +464,18 @@ class AutoCompile:
         entry = CompiledModule(name, sum(p.numel() for p in block.parameters()), block_of=model)
         entry.eager = block.forward  # the class's, or one the script set on the instance
         self.compiled.append(entry)
+        self.remember(entry, block)
         cls = type(block)
         try:
             if "forward" in vars(block):  # the script's own forward on this one block
                 traced = traced_call(self, block, entry)
-                compiled = self.torch.compile(traced, **self.compile_kwargs)
+                compiled = self.torch.compile(traced, **self.torch_kwargs)
             else:
                 if cls not in self._block_forward:
                     code_name = CODE_NAME.format(len(self.codes))
                     self.codes[code_name] = entry
                     self._block_forward[cls] = fsdp.shared_forward(
-                        self.torch, cls, code_name, self._block_ran_eager, self.compile_kwargs
+                        self.torch, cls, code_name, self._block_ran_eager, self.torch_kwargs
                     )
                 compiled = functools.partial(self._block_forward[cls], block)
         except Exception as exc:  # any compile-setup error: the block stays eager, named

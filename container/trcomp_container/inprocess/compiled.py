@@ -71,7 +71,21 @@ class CompiledModule:
     check_started: int | None = None
     """The step (count of optimizer steps before it) of the round's first checked call."""
     verified_calls: int = 0
+    """Graph checks run for it (each graph checked at its first call in the module)."""
+    checked_calls: int = 0
+    """Its calls in the current check round (the round ends after
+    :data:`.calls.MAX_CHECKED_CALLS` of them in a loop that steps no optimizer)."""
     verify_s: float = 0.0
+    """Seconds the checks took, without the compiles that ran inside them."""
+    verify_compile_s: float = 0.0
+    """Seconds of compiling inside the checks (backward graphs compiled at the check's
+    backward: the compile the script's first backward would otherwise have paid)."""
+    loop: str | None = None
+    """Why compiling would unroll a long loop, counted in its first (eager) call."""
+    unchecked_reason: str | None = None
+    """Why a graph of it ran unchecked, when one did (a graph that runs collectives)."""
+    double_backwards: int = 0
+    """Backwards with ``create_graph=True`` through its compiled graphs, recomputed eagerly."""
     verified: bool | None = None
     """True: compiled matched eager; False: it did not (``failed`` says how); None: not yet."""
     signatures: set[tuple[Any, ...]] = field(default_factory=set, repr=False)
@@ -129,6 +143,9 @@ class CompiledModule:
             "verified": self.verified,
             "verified_calls": self.verified_calls,
             "verify_s": round(self.verify_s, 4),
+            "verify_compile_s": round(self.verify_compile_s, 4),
+            "unchecked_reason": self.unchecked_reason,
+            "double_backwards": self.double_backwards,
             "rechecks": self.rechecks,
             "unchecked_graphs": self.unchecked_graphs,
             "block_of": self.block_of,

@@ -22,11 +22,14 @@ __all__ = [
     "COMPILED_CALL_IMPL",
     "MODULE_HOOK_NAMES",
     "REDIS_BACKEND_METHODS",
+    "backend_of",
+    "backward_compile_seconds",
     "c10d_store",
     "compile_times_text",
     "compiled_call_impl",
     "counters",
     "current_graph_task_id",
+    "current_graph_task_keeps_graph",
     "dynamo_config",
     "dynamo_exception",
     "graph_break_counts",
@@ -108,6 +111,31 @@ def compile_times_text() -> str | None:
     return str(utils.compile_times(repr="str", aggregate=True))
 
 
+def backward_compile_seconds() -> float:
+    """Seconds AOTAutograd spent compiling backward graphs lazily, at their first backward
+    (``torch._dynamo.utils.compilation_time_metrics["backward._backward_impl"]``); 0.0
+    before dynamo is imported or when the backend records none (``aot_eager``)."""
+    if _loaded("torch._dynamo.utils") is None:
+        return 0.0
+    metrics = importlib.import_module("torch._dynamo.utils").compilation_time_metrics
+    return float(sum(metrics.get("backward._backward_impl", ())))
+
+
+def backend_of(torch: Any, backend: Any, mode: str | None, options: Any, dynamic: Any) -> Any:
+    """The dynamo backend ``torch.compile(backend=..., mode=..., options=...)`` would use,
+    as a callable ``(graph_module, example_inputs) -> compiled``.
+
+    ``"inductor"``: ``torch._TorchCompileInductorWrapper`` with the mode and options (what
+    ``torch.compile`` builds itself); another name: dynamo's registry
+    (``torch._dynamo.lookup_backend``); a callable: itself.
+    """
+    if backend == "inductor":
+        return torch._TorchCompileInductorWrapper(mode, options, dynamic)
+    if isinstance(backend, str):
+        return importlib.import_module("torch._dynamo").lookup_backend(backend)
+    return backend
+
+
 def register_compile_callbacks(
     start: Callable[[Any], None], end: Callable[[Any], None]
 ) -> Callable[[], None]:
@@ -150,6 +178,13 @@ def current_graph_task_id() -> int:
     """The autograd graph task running now; -1 outside a backward pass."""
     torch = importlib.import_module("torch")
     return int(torch._C._current_graph_task_id())
+
+
+def current_graph_task_keeps_graph() -> bool:
+    """Whether the backward running now keeps its graph (``retain_graph=True``), as
+    AOTAutograd reads it for its donated buffers; False outside a backward pass."""
+    torch = importlib.import_module("torch")
+    return bool(torch._C._autograd._get_current_graph_task_keep_graph())
 
 
 def optimized_module_class() -> type | None:

@@ -1,22 +1,13 @@
-"""Verified compile: a compiled module carries training only after it computed what eager does.
+"""Verified compile: what a check compares, and how closely compiled must match eager.
 
-For every module the zero-code path compiles, the calls of its first compiled
-step (and again after it is compiled afresh) are checked: the compiled forward
-runs first, from the step's parameters, buffers and random state, and its
-backward is taken with a fixed upstream gradient; then the buffers and the
-random state are put back and the eager forward runs, whose output the script
-gets (the step continues on eager's result), and its backward is taken with the
-same upstream gradient (``retain_graph``: the script's own backward still runs).
-Outputs, parameter gradients, buffer updates and the random generator's state
-after the call are compared.
-
-Pass: the compiled path carries on from the next step. A difference beyond the
-tolerance, or any error of the compiled side (forward, backward, a backward
-compile error, a recursion error): the module runs eager for the rest of the
-job, and the summary says what differed and by how much. A backward through the
-module with ``create_graph=True`` (a gradient penalty, higher-order gradients)
-seen while it is checked keeps it eager too: torch's compiled backward does not
-support double backward.
+The check itself runs graph by graph inside the backend (:mod:`.graphcheck`):
+each side of it, eager and compiled, leaves a :class:`Side` (outputs, gradients
+of the inputs, the inputs it changed in place, the random state after), and
+:func:`compare_sides` says how they differ. Pass: the compiled path carries on.
+A difference beyond the tolerance, or any error of the compiled side (forward,
+backward, a backward compile error, a recursion error): the graph runs eager at
+once, the module runs eager for the rest of the job once its round ends, and
+the summary says what differed and by how much.
 
 The upstream gradient is drawn from its own generator (seeded, never the
 script's): any gradient checks the same backward, and one known before the
@@ -33,7 +24,7 @@ for tensors that are nearly zero.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,14 +32,18 @@ from trcomp_container.inprocess.speedup.exchange import exchange
 
 __all__ = [
     "TOLERANCES",
+    "Side",
     "Verdict",
     "agree_verdicts",
     "autocast_dtype",
+    "compare_sides",
     "put_back",
+    "put_rng",
+    "rng_state",
+    "short",
     "state_of",
-    "stateful_argument",
     "tensors",
-    "verify_call",
+    "vjp",
 ]
 
 TOLERANCES = {"float32": (1e-3, 1e-6), "float64": (1e-6, 1e-9), "bfloat16": (5e-2, 1e-3)}
@@ -64,103 +59,6 @@ class Verdict:
 
     problem: str | None = None
     seconds: float = 0.0
-
-
-def verify_call(
-    torch: Any,
-    module: Any,
-    calls: tuple[Callable[..., Any], Callable[..., Any]],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    *,
-    verdict: Verdict,
-    compare_random: bool = True,
-    catch: bool = True,
-    ran: tuple[tuple[list[Any], list[Any]], Any] | None = None,
-) -> Any:
-    """Run ``module``'s call both ways; return eager's output and fill in ``verdict``.
-
-    ``calls``: (the compiled call, the eager call) of ``module``.
-
-    ``compare_random``: False (``fast_random``) checks a module that draws random numbers
-    only for running, since its values cannot match.
-    ``catch``: an error of the compiled side is a verdict (``fallback="eager"``); False
-    lets it fail the job (``fallback="fail"``).
-    ``ran``: the compiled side's forward already ran: (:func:`state_of` before it, its
-    output); its backward and the eager side run here.
-    """
-    compiled, eager = calls
-    params = [param for param in module.parameters() if param.requires_grad]
-    before = state_of(torch, module) if ran is None else ran[0]
-    compiled_side: tuple[list[Any], list[Any] | None, list[Any], Any] | None = None
-    try:
-        out = compiled(*args, **kwargs) if ran is None else ran[1]
-        flat = list(tensors(out))
-        grads = _vjp(torch, flat, params, retain=False)
-        compiled_side = (
-            [t.detach() for t in flat],
-            grads,
-            _buffers(torch, module),
-            _rng(torch),
-        )
-    except Exception as exc:  # any failure of the compiled side is what the check is for
-        if not catch:
-            raise
-        verdict.problem = _short(f"the compiled module failed: {type(exc).__name__}: {exc}")
-    finally:
-        put_back(torch, module, before)
-    out = eager(*args, **kwargs)
-    flat = list(tensors(out))
-    _watch_double_backward(torch, flat, verdict)
-    if compiled_side is None:
-        return out
-    outputs_c, grads_c, buffers_c, rng_c = compiled_side
-    precision = autocast_dtype(torch)
-    drew = not all(bool(torch.equal(a, b)) for a, b in zip(before[1], _rng(torch), strict=True))
-    if drew and not compare_random:
-        return out  # its own random numbers (fast_random): only that it ran can be checked
-    try:
-        grads_e = _vjp(torch, flat, params, retain=True)
-    except RuntimeError:  # eager cannot take this backward (no graph): nothing to compare
-        grads_e = None
-    verdict.problem = _compare(
-        torch,
-        module,
-        (outputs_c, [t.detach() for t in flat]),
-        (grads_c, grads_e, params),
-        (buffers_c, _buffers(torch, module)),
-        (rng_c, _rng(torch)) if compare_random else None,
-        precision,
-    )
-    return out
-
-
-def stateful_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-    """Why a call cannot be run twice to check it: it takes an object its forward may change
-    (transformers' ``DynamicCache``, which each block extends); None when every argument is
-    a tensor, a plain constant, or a tuple, list or dict of those."""
-    found = _stateful([*args, *kwargs.values()])
-    if found is None:
-        return None
-    return (
-        f"its call takes a {found}, an object its forward may change: checking would run "
-        "that change twice (pass no such object to it in training, e.g. transformers' "
-        "config.use_cache=False, to have it compiled)"
-    )
-
-
-def _stateful(value: Any, depth: int = 0) -> str | None:
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        return None
-    if hasattr(value, "detach") and hasattr(value, "shape"):
-        return None
-    if type(value).__module__ == "torch" and type(value).__name__ in ("dtype", "device"):
-        return None
-    if depth < 4 and isinstance(value, (list, tuple)):
-        return next(filter(None, (_stateful(item, depth + 1) for item in value)), None)
-    if depth < 4 and isinstance(value, dict):
-        return next(filter(None, (_stateful(item, depth + 1) for item in value.values())), None)
-    return type(value).__name__
 
 
 def agree_verdicts(local: list[str | None], round_: int) -> list[str | None]:
@@ -181,47 +79,85 @@ def agree_verdicts(local: list[str | None], round_: int) -> list[str | None]:
     return agreed
 
 
-def _compare(
+@dataclass
+class Side:
+    """One side of a check (:mod:`.graphcheck`): what the graph's call left on its copies."""
+
+    outputs: list[Any]
+    grads: list[Any] | None
+    """Gradients of the inputs that require them (``grad_positions``); None: no backward."""
+    grad_positions: list[int]
+    changed: dict[int, Any]
+    """Inputs (by position) the call changed in place, as they are after it."""
+    rng: list[Any]
+    """The random generators' states after the call."""
+
+
+def compare_sides(
     torch: Any,
-    module: Any,
-    outputs: tuple[list[Any], list[Any]],
-    grads: tuple[list[Any] | None, list[Any] | None, list[Any]],
-    buffers: tuple[list[Any], list[Any]],
-    rng: tuple[Any, Any] | None,
+    eager: Side,
+    compiled: Side,
+    *,
+    before: list[Any],
+    names: dict[int, str],
+    compare_random: bool = True,
     precision: str | None = None,
 ) -> str | None:
+    """How the compiled side differs from eager beyond the tolerance; None when it does not.
+
+    ``before``: the random generators' states before either side ran; ``names``: input
+    positions by the module's parameter and buffer names (messages only);
+    ``compare_random`` False (``fast_random``): a graph that draws random numbers is
+    checked only for having run, since its values cannot match.
+    """
+    drew = not _same_states(torch, before, eager.rng)
+    if drew and not compare_random:
+        return None
     # First: different random numbers explain every difference that follows.
-    if rng is not None and not all(bool(torch.equal(c, e)) for c, e in zip(*rng, strict=True)):
+    if compare_random and not _same_states(torch, eager.rng, compiled.rng):
         return (
             "the compiled module drew its random numbers differently from eager: the "
             "script's random stream (dropout masks, data order) would change"
         )
-    outputs_c, outputs_e = outputs
-    if len(outputs_c) != len(outputs_e):
-        return f"the output has {len(outputs_c)} tensors compiled, {len(outputs_e)} eager"
-    for index, (c, e) in enumerate(zip(outputs_c, outputs_e, strict=True)):
+    if len(compiled.outputs) != len(eager.outputs):
+        counts = f"{len(compiled.outputs)} tensors compiled, {len(eager.outputs)} eager"
+        return f"the output has {counts}"
+    for index, (c, e) in enumerate(zip(compiled.outputs, eager.outputs, strict=True)):
         found = _differs(torch, c, e, precision=precision)
         if found:
-            return _short(f"output {index} {found}")
-    grads_c, grads_e, params = grads
-    if grads_c is not None and grads_e is not None:
-        names = {id(param): name for name, param in module.named_parameters()}
-        # Gradients are compared at the scale of the model's largest one: a gradient that
-        # is zero in exact arithmetic (a bias before a BatchNorm) is rounding noise on both
-        # sides, and its own magnitude is no measure.
-        scale = max((float(g.detach().abs().max()) for g in grads_e if g is not None), default=0)
-        for param, c, e in zip(params, grads_c, grads_e, strict=True):
+            return short(f"output {index} {found}")
+    if (compiled.grads is None) != (eager.grads is None):
+        return "the backward ran on one side only"
+    if compiled.grads is not None and eager.grads is not None:
+        # Gradients are compared at the scale of the largest one: a gradient that is zero
+        # in exact arithmetic (a bias before a BatchNorm) is rounding noise on both sides,
+        # and its own magnitude is no measure.
+        scale = max((float(g.abs().max()) for g in eager.grads if g is not None), default=0)
+        pairs = zip(eager.grad_positions, compiled.grads, eager.grads, strict=True)
+        for position, c, e in pairs:
+            name = names.get(position, f"input {position}").removeprefix("buffer ")
             if (c is None) != (e is None):
-                return f"the gradient of {names.get(id(param), '?')} is missing on one side"
+                return f"the gradient of {name} is missing on one side"
             found = None if c is None else _differs(torch, c, e, scale, precision)
             if found:
-                return _short(f"the gradient of {names.get(id(param), '?')} {found}")
-    buffer_names = [name for name, _ in module.named_buffers()]
-    for name, c, e in zip(buffer_names, *buffers, strict=False):
-        found = _differs(torch, c, e, precision=precision)
+                return short(f"the gradient of {name} {found}")
+    for position in sorted(set(eager.changed) | set(compiled.changed)):
+        name = names.get(position, f"input {position}")
+        if (position in eager.changed) != (position in compiled.changed):
+            side = "eager" if position in eager.changed else "compiled"
+            return f"{name} was changed in place by the {side} call only"
+        found = _differs(
+            torch, compiled.changed[position], eager.changed[position], precision=precision
+        )
         if found:
-            return _short(f"buffer {name} after the call {found}")
+            return short(f"{name} after the call {found}")
     return None
+
+
+def _same_states(torch: Any, one: list[Any], other: list[Any]) -> bool:
+    return len(one) == len(other) and all(
+        bool(torch.equal(a, b)) for a, b in zip(one, other, strict=True)
+    )
 
 
 def _differs(
@@ -287,10 +223,14 @@ def tensors(value: Any, depth: int = 0) -> Iterator[Any]:
             yield from tensors(getattr(value, item.name, None), depth + 1)
 
 
-def _vjp(torch: Any, outputs: list[Any], params: list[Any], *, retain: bool) -> list[Any] | None:
-    """Parameter gradients for a fixed upstream gradient; None without a backward."""
+def vjp(torch: Any, outputs: list[Any], inputs: list[Any]) -> list[Any] | None:
+    """Gradients of ``inputs`` for a fixed upstream gradient; None without a backward.
+
+    The upstream gradient is drawn from its own generator (seeded, never the script's):
+    both sides of a check take the same backward.
+    """
     differentiable = [t for t in outputs if t.requires_grad and t.is_floating_point()]
-    if not differentiable or not params:
+    if not differentiable or not inputs:
         return None
     generator = torch.Generator().manual_seed(_SEED)
     upstream = [
@@ -299,28 +239,22 @@ def _vjp(torch: Any, outputs: list[Any], params: list[Any], *, retain: bool) -> 
         )
         for t in differentiable
     ]
-    grads = torch.autograd.grad(
-        differentiable, params, upstream, retain_graph=retain, allow_unused=True
-    )
+    # retain_graph: the compiled backward is compiled lazily at its first backward, here,
+    # and one compiled for a backward that keeps its graph donates no buffers, so the
+    # script may take a backward with retain_graph=True later (PCGrad), as it may under
+    # a plain torch.compile whose first backward was its own. The graph goes with the
+    # outputs, when the check drops them. A backward compiled before (with dynamic
+    # shapes) may have donated buffers already: it refuses to keep its graph, before
+    # running, and is taken as the script's would be.
+    try:
+        grads = torch.autograd.grad(
+            differentiable, inputs, upstream, retain_graph=True, allow_unused=True
+        )
+    except RuntimeError as exc:
+        if "donated buffer" not in str(exc):
+            raise
+        grads = torch.autograd.grad(differentiable, inputs, upstream, allow_unused=True)
     return [None if grad is None else grad.detach() for grad in grads]
-
-
-def _watch_double_backward(torch: Any, outputs: list[Any], verdict: Verdict) -> None:
-    """Mark the verdict when a backward through eager's output builds a graph (create_graph)."""
-
-    def seen(grad: Any) -> Any:
-        # The engine runs with grad mode on only under create_graph=True.
-        if torch.is_grad_enabled() and verdict.problem is None:
-            verdict.problem = (
-                "a backward through the module with create_graph=True (a gradient penalty "
-                "or higher-order gradients): torch's compiled backward does not support "
-                "double backward"
-            )
-        return grad
-
-    for tensor in outputs:
-        if tensor.requires_grad:
-            tensor.register_hook(seen)
 
 
 def _buffers(torch: Any, module: Any) -> list[Any]:
@@ -328,7 +262,8 @@ def _buffers(torch: Any, module: Any) -> list[Any]:
         return [buffer.detach().clone() for buffer in module.buffers()]
 
 
-def _rng(torch: Any) -> list[Any]:
+def rng_state(torch: Any) -> list[Any]:
+    """torch's default generator's state, and each initialized CUDA device's."""
     states = [torch.random.get_rng_state()]
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states.extend(torch.cuda.get_rng_state_all())
@@ -337,7 +272,7 @@ def _rng(torch: Any) -> list[Any]:
 
 def state_of(torch: Any, module: Any) -> tuple[list[Any], list[Any]]:
     """The module's buffers and the random generators' states: what a call may change."""
-    return _buffers(torch, module), _rng(torch)
+    return _buffers(torch, module), rng_state(torch)
 
 
 def put_back(torch: Any, module: Any, state: tuple[list[Any], list[Any]]) -> None:
@@ -346,10 +281,15 @@ def put_back(torch: Any, module: Any, state: tuple[list[Any], list[Any]]) -> Non
     with torch.no_grad():
         for buffer, value in zip(module.buffers(), buffers, strict=False):
             buffer.copy_(value)
+    put_rng(torch, rng)
+
+
+def put_rng(torch: Any, rng: list[Any]) -> None:
+    """Put back the generators' states :func:`rng_state` took."""
     torch.random.set_rng_state(rng[0])
     if len(rng) > 1:
         torch.cuda.set_rng_state_all(rng[1:])
 
 
-def _short(text: str) -> str:
+def short(text: str) -> str:
     return " ".join(text.split())[:_REASON_CHARS]

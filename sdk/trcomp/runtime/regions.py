@@ -279,10 +279,13 @@ def compile_in_place(
     *,
     regional: bool,
     call: Callable[..., Any] | None = None,
+    compile_with: dict[str, Any] | None = None,
 ) -> RegionalCall:
     """Mark ``module``'s repeated blocks (when ``regional``) and compile its call.
 
-    ``call`` is the function to compile (default :func:`entered`). The result is
+    ``call`` is the function to compile (default :func:`entered`); ``compile_with``, the
+    ``torch.compile`` arguments when they are not ``compile_kwargs`` themselves (a backend
+    that wraps the one ``compile_kwargs`` name). The result is
     to be set as ``module._compiled_call_impl`` (what ``nn.Module.compile``
     does), so the module keeps its class, ``state_dict`` keys and hooks.
     """
@@ -291,7 +294,7 @@ def compile_in_place(
     if refused is not None:
         skipped.append(refused)
     groups = mark_regions(module, torch, skipped=skipped) if regional and not refused else []
-    compiled = torch.compile(call or entered(module), **compile_kwargs)
+    compiled = torch.compile(call or entered(module), **(compile_with or compile_kwargs))
     result = RegionalCall(compiled, groups, torch)
     if skipped and not groups:
         result.unmarked = "; ".join(skipped)[:_REASON_CHARS]

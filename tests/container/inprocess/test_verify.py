@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 
 from trcomp_container.inprocess import autocompile, torch_compat
-from trcomp_container.inprocess.unrolled import MAX_REPEATS, unrolled_loop
+from trcomp_container.inprocess.unrolled import MAX_REPEATS, Census, loop_reason
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -111,8 +111,8 @@ def test_a_correct_model_is_verified_and_then_runs_compiled():
     losses = train(Net, policy=policy)
     (entry,) = policy.compiled
     assert entry.verified is True and entry.failed is None
-    assert entry.verified_calls == 2 and entry.calls >= 2  # steps 4 and 5 ran compiled
-    assert entry.graphs_seen == entry.calls  # each went through compiled code
+    assert entry.verified_calls == 1 and entry.calls == 4  # one graph, checked once
+    assert entry.graphs_seen == 3  # each of its first three calls went through compiled code
     assert losses == pytest.approx(train(Net), abs=1e-5)
 
 
@@ -143,12 +143,47 @@ def test_a_backward_compile_error_is_caught_and_the_script_trains_on():
     assert losses == pytest.approx(eager, abs=1e-6)
 
 
-def test_double_backward_through_the_module_keeps_it_eager():
+def test_double_backward_through_the_module_gets_eagers_gradients_then_runs_eager():
     eager = train(Net, penalty=True)
     policy = hooks()
     losses = train(Net, policy=policy, penalty=True)
     (entry,) = policy.compiled
-    assert entry.verified is False and "create_graph=True" in entry.failed
+    assert entry.double_backwards >= 1 and "create_graph=True" in entry.failed
+    assert losses == pytest.approx(eager, abs=1e-6)
+
+
+def test_a_double_backward_that_starts_after_the_check_does_not_fail_the_step():
+    """A gradient penalty from step 6 (after the check verified the module): torch's compiled
+    backward cannot build its graph, so the step recomputes the module eagerly."""
+    torch.manual_seed(0)
+    batches = [torch.randn(6, 4) for _ in range(8)]
+
+    def run(policy=None):
+        torch.manual_seed(0)
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        losses = []
+        for step, x in enumerate(batches):
+            point = x.clone().requires_grad_(True)
+            loss = model(point).pow(2).mean()
+            if step >= 5:
+                (grad,) = torch.autograd.grad(loss, point, create_graph=True)
+                loss = loss + grad.pow(2).sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if policy is not None:
+                policy.on_step()
+            losses.append(float(loss))
+        return losses
+
+    eager = run()
+    policy = hooks()
+    losses = run(policy)
+    policy.end_search()
+    (entry,) = policy.compiled
+    assert entry.verified is True and entry.double_backwards == 1, entry.as_dict()
+    assert "create_graph=True" in entry.failed
     assert losses == pytest.approx(eager, abs=1e-6)
 
 
@@ -252,8 +287,13 @@ def test_a_loop_that_would_unroll_into_one_huge_graph_is_never_compiled():
     assert torch_compat.unique_graphs() == graphs  # seen before dynamo traced anything
     assert losses == pytest.approx(eager, abs=1e-6)
     # A forward that calls it fewer times is compiled as before.
+    census = Census()
     net = Net()
-    assert unrolled_loop(torch, net, net._call_impl, (torch.randn(2, 4),), {}) is None
+    for _ in range(MAX_REPEATS):
+        census.count(net.a)
+    assert loop_reason(net, census) is None
+    census.count(net.a)
+    assert "calls a (Linear) 65 times" in (loop_reason(net, census) or "")
 
 
 @pytest.mark.slow
@@ -297,7 +337,8 @@ def test_a_loop_without_an_optimizer_is_not_checked_forever():
     finally:
         policy.end_search()
     (entry,) = policy.compiled
-    assert entry.verified is True and entry.verified_calls == autocompile.MAX_CHECKED_CALLS
+    assert entry.verified is True and entry.verified_calls == 1  # one graph
+    assert entry.calls == autocompile.MAX_CHECKED_CALLS + 2  # the first call ran eager
 
 
 class DryRun(nn.Module):
@@ -351,5 +392,5 @@ def test_a_model_compiled_through_trcomp_runtime_is_checked_too(runtime_compile)
     assert (bad.name, bad.by, policy.script_compiled) == ("Centered", "trcomp.runtime.compile", [])
     assert bad.verified is False and "differs by" in bad.failed and not bad.ran_compiled
     assert wrong == pytest.approx(eager, abs=1e-6)
-    assert good.verified is True and good.ran_compiled and good.verified_calls == 2
+    assert good.verified is True and good.ran_compiled and good.verified_calls == 1
     assert right == pytest.approx(train(Net), abs=1e-5)

@@ -1,0 +1,167 @@
+"""A compiled graph's call that a double backward cannot break.
+
+torch's compiled backward (AOTAutograd) cannot build a graph of its own: a
+backward through it with ``create_graph=True`` (a gradient penalty, MAML,
+higher-order gradients) fails, in the script's second backward, with "does not
+currently support double backward", where eager trains on. A penalty that
+starts after the check (step 6 of a WGAN-GP schedule) would fail the job.
+
+So a checked graph's training calls run inside one autograd node of ours
+(:func:`run_region`): its forward runs the compiled graph on detached aliases of
+the inputs; its backward, in the usual case, takes the compiled backward into
+those aliases; when the engine asks for a graph (grad mode on inside a backward
+runs only under ``create_graph=True``) it recomputes the captured graph eagerly
+from the call's inputs, with the random state and autocast of the forward, as
+activation checkpointing recomputes a block, and differentiates that. The step
+gets eager's gradients, built as a graph the second backward can go through,
+and the module runs eager from its next call (the summary says why).
+
+The node's name holds ``CompiledFunction``, as AOTAutograd's does: the hook's
+count of calls that went through compiled code reads it.
+Standard library only at import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import TYPE_CHECKING, Any
+
+from trcomp_container.inprocess import torch_compat
+from trcomp_container.inprocess.verify import put_rng, rng_state
+
+if TYPE_CHECKING:
+    from trcomp_container.inprocess.graphcheck import Region
+
+__all__ = ["run_region"]
+
+
+def run_region(torch: Any, region: Region, args: tuple[Any, ...]) -> Any:
+    """``region``'s compiled call, inside the node of :func:`_node` when it trains."""
+    if region.unwrapped is not None or not torch.is_grad_enabled():
+        return region.compiled(*args)
+    if not any(_is_tensor(arg) and arg.requires_grad for arg in args):
+        return region.compiled(*args)
+    return _node(torch).apply(region, *args)
+
+
+def _is_tensor(value: Any) -> bool:
+    return hasattr(value, "detach") and hasattr(value, "shape") and hasattr(value, "_version")
+
+
+@functools.cache
+def _node(torch: Any) -> Any:
+    class CompiledFunctionOrEager(torch.autograd.Function):  # type: ignore[misc, name-defined]
+        """Compiled forward and backward; an eager recomputation under ``create_graph``."""
+
+        @staticmethod
+        def forward(ctx: Any, region: Region, *args: Any) -> Any:
+            leaves = tuple(
+                arg.detach().requires_grad_(arg.requires_grad) if _is_tensor(arg) else arg
+                for arg in args
+            )
+            ctx.region, ctx.args, ctx.leaves = region, args, leaves
+            ctx.rng = rng_state(torch) if region.facts.random else None
+            ctx.autocast = _autocast_state(torch)
+            # Inputs the graph changes in place, as they were before: what a recomputation
+            # starts from.
+            ctx.before = {
+                index: args[index].detach().clone()
+                for index in region.mutated
+                if index < len(args) and _is_tensor(args[index])
+            }
+            with torch.enable_grad():
+                outs = region.compiled(*leaves)
+            outputs = tuple(outs)
+            trained = [
+                index for index, out in enumerate(outputs) if _is_tensor(out) and out.requires_grad
+            ]
+            ctx.positions = trained
+            ctx.save_for_backward(*(outputs[index] for index in trained))
+            results = tuple(out.detach() if _is_tensor(out) else out for out in outputs)
+            ctx.mark_non_differentiable(
+                *(
+                    result
+                    for index, result in enumerate(results)
+                    if _is_tensor(result) and index not in trained
+                )
+            )
+            return results
+
+        @staticmethod
+        def backward(ctx: Any, *grads: Any) -> Any:
+            wanted = [
+                index
+                for index, leaf in enumerate(ctx.leaves)
+                if _is_tensor(leaf) and leaf.requires_grad
+            ]
+            upstream = [grads[index] for index in ctx.positions]
+            if torch.is_grad_enabled():  # only under create_graph=True
+                found = _recompute(torch, ctx, wanted, upstream)
+            else:
+                outputs = ctx.saved_tensors
+                pairs = [(o, g) for o, g in zip(outputs, upstream, strict=True) if g is not None]
+                found = (
+                    torch.autograd.grad(
+                        [o for o, _ in pairs],
+                        [ctx.leaves[index] for index in wanted],
+                        [g for _, g in pairs],
+                        # The script's own retain_graph (PCGrad's second backward); the
+                        # compiled backward's donated buffers allow no other.
+                        retain_graph=torch_compat.current_graph_task_keeps_graph(),
+                        allow_unused=True,
+                    )
+                    if pairs
+                    else [None] * len(wanted)
+                )
+            result: list[Any] = [None] * len(ctx.leaves)
+            for index, grad in zip(wanted, found, strict=True):
+                result[index] = grad
+            return (None, *result)
+
+    return CompiledFunctionOrEager
+
+
+def _recompute(torch: Any, ctx: Any, wanted: list[int], upstream: list[Any]) -> Any:
+    """Eager's gradients of the call's inputs, as a graph: the captured graph run again from
+    the call's inputs (those it changes in place from copies taken before it)."""
+    region: Region = ctx.region
+    region.on_double_backward()
+    now = rng_state(torch)
+    if ctx.rng is not None:
+        put_rng(torch, ctx.rng)
+    try:
+        args = [
+            ctx.before[index].requires_grad_(arg.requires_grad) if index in ctx.before else arg
+            for index, arg in enumerate(ctx.args)
+        ]
+        with contextlib.ExitStack() as stack:
+            for device, dtype in ctx.autocast:
+                stack.enter_context(torch.autocast(device, dtype=dtype))
+            outs = tuple(region.eager(*args))
+        pairs = [
+            (outs[position], grad)
+            for position, grad in zip(ctx.positions, upstream, strict=True)
+            if grad is not None and outs[position].requires_grad
+        ]
+        if not pairs:
+            return [None] * len(wanted)
+        return torch.autograd.grad(
+            [o for o, _ in pairs],
+            [args[index] for index in wanted],
+            [g for _, g in pairs],
+            create_graph=True,
+            allow_unused=True,
+        )
+    finally:
+        put_rng(torch, now)
+
+
+def _autocast_state(torch: Any) -> list[tuple[str, Any]]:
+    """The autocast regions the forward ran in: (device, dtype) for each one enabled."""
+    found = []
+    for device in ("cuda", "cpu"):
+        with contextlib.suppress(RuntimeError, TypeError):
+            if torch.is_autocast_enabled(device):
+                found.append((device, torch.get_autocast_dtype(device)))
+    return found
