@@ -81,9 +81,12 @@ MAY_STAY_EAGER = {
     "variable_seq_len.py": "dynamo does not trace nn.GRU (a graph break): no graph to compile",
     "buffer_center_update.py": "verification: torch's compiled backward reads the buffer "
     "after forward updated it (wrong gradients)",
-    "gradient_penalty.py": "verification: a backward through the critic with create_graph=True",
-    "higher_order_grads.py": "verification: the inner step's gradients keep a graph "
-    "(create_graph=True)",
+    "gradient_penalty.py": "a backward through the critic with create_graph=True: that step "
+    "recomputed eagerly, then eager",
+    "higher_order_grads.py": "the inner step's gradients keep a graph (create_graph=True): "
+    "that step recomputed eagerly, then eager",
+    "late_penalty.py": "a gradient penalty from step 6 (create_graph=True): that step "
+    "recomputed eagerly, then eager",
     "queue_in_forward.py": "verification: the compiled backward needs the queue after "
     "forward overwrote it (torch.compile fails in backward; eager copies the queue)",
     "user_hooks.py": "dynamo breaks the graph at a module's full backward hook ('require "
@@ -111,8 +114,9 @@ MUST_SAY = {
         for m in auto["modules"]
     ),
     "buffer_center_update.py": lambda auto: _kept_eager_by_verification(auto),
-    "gradient_penalty.py": lambda auto: _kept_eager_by_verification(auto, "create_graph"),
-    "higher_order_grads.py": lambda auto: _kept_eager_by_verification(auto, "create_graph"),
+    "gradient_penalty.py": lambda auto: _eager_after_double_backward(auto),
+    "higher_order_grads.py": lambda auto: _eager_after_double_backward(auto),
+    "late_penalty.py": lambda auto: _eager_after_double_backward(auto),
     "queue_in_forward.py": lambda auto: _kept_eager_by_verification(auto, "inplace"),
     "rnn_unrolled.py": lambda auto: _kept_eager_by_verification(
         auto, "calls cell (LSTMCell) 100 times"
@@ -151,6 +155,15 @@ def _kept_eager_by_verification(auto: dict[str, Any], why: str = "") -> bool:
     """The record names a module that verification kept eager (and why, when given)."""
     return any(
         (m.get("failed") or "").startswith("verification:") and why in m["failed"]
+        for m in auto.get("modules", [])
+    )
+
+
+def _eager_after_double_backward(auto: dict[str, Any]) -> bool:
+    """The record names a module a backward with create_graph=True went through (that step
+    recomputed it eagerly) and that ran eager after."""
+    return any(
+        m.get("double_backwards") and "create_graph=True" in (m.get("failed") or "")
         for m in auto.get("modules", [])
     )
 

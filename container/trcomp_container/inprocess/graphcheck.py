@@ -163,8 +163,9 @@ class Region:
         """Positions of inputs a call changed in place (seen by the check)."""
         self.double_backwards = 0
         """Backwards through it with ``create_graph=True``, recomputed eagerly."""
-        self.unwrapped: str | None = None
-        """Why its calls run without :func:`.regionfn.run_region` (None: they do)."""
+        self.wrap: bool | None = None
+        """Whether its calls run inside :func:`.regionfn.run_region`'s node (None: not
+        decided before its first call)."""
 
     def on_double_backward(self) -> None:
         """A backward with ``create_graph=True`` went through it (:mod:`.regionfn`)."""
