@@ -167,7 +167,7 @@ def test_the_summary_says_what_checking_against_eager_found_and_cost():
         "differs by 0.02"
     )
     assert summary["compiled"] == (
-        "Net (by trcomp, no code change), Critic (failed, ran eager), "
+        "Net (by trcomp, no code change), Critic (kept eager by its check), "
         "Head (by the script, through trcomp.runtime.compile); 3 graphs"
     )
     assert f"verified       {summary['verified']}" in render_block(summary)
@@ -223,7 +223,7 @@ def test_the_summary_names_fsdp2_blocks_of_one_model_as_one_group():
     )
     assert summary["compiled"] == (
         "3 FSDP2 blocks of FSDPNet (by trcomp, no code change), "
-        "FSDPNet.blocks.3 (failed, ran eager); 3 graphs"
+        "FSDPNet.blocks.3 (kept eager by its check); 3 graphs"
     )
     assert summary["verified"] == (
         "3 FSDP2 blocks of FSDPNet matched eager (2 calls each run both ways, 3.0 s in all); "

@@ -19,6 +19,7 @@ from trcomp_container.inprocess.autocompile import AutoCompile
 from trcomp_container.inprocess.eager import EagerMode
 from trcomp_container.inprocess.ledger import Ledger
 from trcomp_container.inprocess.settings import Settings
+from trcomp_container.inprocess.state import ModuleState
 from trcomp_container.inprocess.speedup.exchange import exchange
 from trcomp_container.inprocess.speedup.key import decision_key, module_signature
 from trcomp_container.inprocess.speedup.rule import (
@@ -27,6 +28,7 @@ from trcomp_container.inprocess.speedup.rule import (
     agree,
     decide,
     memory_too_close,
+    pooled,
 )
 from trcomp_container.inprocess.speedup.store import STORE_FILE, DecisionStore
 from trcomp_container.inprocess.speedup.window import Measurement, SpeedupProbe, step_times
@@ -62,6 +64,10 @@ class Switch:
         self._key: str | None = None
         self._other_steps = 0
         self._model_id: int | None = None
+        self._calls_before: dict[int, int] = {}
+        """Compiled calls of each hook module at the last step (what the step ran)."""
+        self._rounds: list[list[float]] = []
+        """Each noisy round's agreed ``[eager, compiled_first, compiled_again]`` medians."""
         cache = settings.cache_dir
         self.store = DecisionStore(cache / STORE_FILE) if cache else None
         if self.engine != "inductor":
@@ -146,6 +152,9 @@ class Switch:
     def on_step(self, step: int, compile_events: int, clock: Any) -> None:
         """After optimizer step ``step`` (1-based) of the job's first optimizer."""
         self._other_steps = 0
+        measuring = self.probe is not None and not self.probe.done
+        # Before the step's checks conclude: a step that checked a module is not clean.
+        ran_compiled = self._step_ran_compiled() if measuring else False
         if self.autocompile is not None:
             self.autocompile.on_step()
         if self.probe is None or self.probe.done:
@@ -154,7 +163,12 @@ class Switch:
         def finish(measurement: Measurement) -> str | None:
             return self._finish(measurement, clock)
 
-        switch = self.probe.on_step(step, compile_events, finish, compiled=self._graphs_run() > 0)
+        kept_eager = self._all_eager_by_verdict()
+        if kept_eager is not None:
+            self.probe.abandon(kept_eager)
+            self._set_eager(False)
+            return
+        switch = self.probe.on_step(step, compile_events, finish, compiled=ran_compiled)
         if switch == "eager":
             skip = _memory_reason(self._torch)
             if skip is not None:
@@ -182,14 +196,23 @@ class Switch:
                 local = [statistics.median(x) for x in (eager, first, again)]
             else:
                 problem = "the step clock kept too few intervals"
-        figures = agree(exchange(local))
+        figures = agree(exchange(local))  # every rank gets the same figures, or none
         if isinstance(figures, str):
+            if self.probe.can_restart:
+                self.probe.restart()  # every rank alike: a longer window, compiled now
+                return "compiled"
             self.probe.not_measured = problem or figures
             return "compiled"
         eager_s, first_s, again_s = figures
-        self.decision = decide(
-            [eager_s], [first_s], compiled_again=[again_s], keep_faster=self.config.keeps_faster
-        )
+        keep_faster = self.config.keeps_faster
+        decision = decide([eager_s], [first_s], compiled_again=[again_s], keep_faster=keep_faster)
+        if decision.noisy:
+            self._rounds.append([eager_s, first_s, again_s])
+            if self.probe.can_restart:
+                self.probe.restart()
+                return "compiled"
+            decision = pooled(self._rounds, keep_faster=keep_faster)
+        self.decision = decision
         if self.store is not None and self._key and self.settings.rank == 0:
             try:
                 self.store.save(self._key, self.decision)
@@ -203,6 +226,48 @@ class Switch:
         """Run the compiled modules eager or compiled from the next step."""
         through_stance = self.autocompile is None or bool(self.autocompile.script_compiled)
         self.mode.set(eager, through_stance=through_stance)
+
+    def _hook_modules(self) -> list[Any]:
+        """The modules the hook compiled or adopted (:class:`.compiled.CompiledModule`)."""
+        return list(self.autocompile.compiled) if self.autocompile is not None else []
+
+    def _step_ran_compiled(self) -> bool:
+        """Whether the step that just ended ran compiled code and checked no module.
+
+        With the hook's modules: one of them in a compiled state made compiled calls
+        during the step, and none was being checked (a checked call runs the module
+        more than once). A module whose check kept it eager runs eager, whatever graphs
+        were compiled for it. Without them (a model the script compiled with plain
+        ``torch.compile``): some graph exists, as before.
+        """
+        entries = self._hook_modules()
+        before, self._calls_before = self._calls_before, {id(e): e.calls for e in entries}
+        if not entries:
+            return self._graphs_run() > 0
+        if any(entry.state is ModuleState.CHECKING for entry in entries):
+            return False
+        return any(
+            entry.state.runs_compiled and entry.calls > before.get(id(entry), 0)
+            for entry in entries
+        ) or bool(self.autocompile is not None and self.autocompile.script_compiled)
+
+    def _all_eager_by_verdict(self) -> str | None:
+        """Why there is nothing to measure: every module the hook compiled runs eager by a
+        verdict (its check failed, its compile failed, a limit); None otherwise."""
+        entries = self._hook_modules()
+        if not entries or (self.autocompile is not None and self.autocompile.script_compiled):
+            return None
+        if any(entry.state is not ModuleState.EAGER_BY_VERDICT for entry in entries):
+            return None
+        why = "; ".join(
+            f"{entry.name}: {entry.failed or entry.limit or 'its graphs hold none of its work'}"
+            for entry in entries
+        )
+        return f"no compiled code ran: every compiled module runs eager ({why})"[:500]
+
+    def module_states(self) -> list[tuple[Any, ModuleState]]:
+        """Each hook module with its state as the record keeps it at the job's end."""
+        return [(entry, entry.state_at_end) for entry in self._hook_modules()]
 
     def _graphs_run(self) -> int:
         """Graphs dynamo compiled, and ahead-of-time artifacts that ran (loaded ones too)."""
@@ -231,10 +296,16 @@ class Switch:
         """The ``autocompile`` and ``speedup`` parts of this process's record (``steps``:
         the optimizer steps the session counted)."""
         graphs = torch_compat.unique_graphs()
-        return {
-            "autocompile": self.autocompile.report(graphs) if self.autocompile else None,
-            "speedup": self._speedup_report(wall_s, steps),
-        }
+        auto = self.autocompile.report(graphs) if self.autocompile else None
+        if auto is not None and self.autocompile is not None:
+            for entry, module in zip(self.autocompile.compiled, auto["modules"], strict=True):
+                state = entry.state_at_end
+                if graphs == 0 and not entry.ran_aot and state.runs_compiled:
+                    state = ModuleState.EAGER_BY_VERDICT  # dynamo broke every graph
+                module["state"] = state.value
+                # Compile seconds spent inside the check (verify_s excludes them).
+                module["verify_compile_s"] = round(getattr(entry, "verify_compile_s", 0.0), 4)
+        return {"autocompile": auto, "speedup": self._speedup_report(wall_s, steps)}
 
     def _speedup_report(self, wall_s: float, steps: int) -> dict[str, Any]:
         if self.engine in NO_EAGER_IN_PROCESS:
@@ -247,7 +318,7 @@ class Switch:
         report: dict[str, Any] = {
             "decision": self.decision.as_dict() if self.decision else None,
             "compiled_steps": measurement.compiled_steps,
-            "eager_steps": measurement.eager_steps,
+            "eager_steps": self.probe.eager_steps,
             "not_measured": self.probe.not_measured,
             "cost_s": None,
             "cost_share": None,
@@ -263,7 +334,7 @@ class Switch:
                 f"{self.probe.steps_needed()} optimizer steps)"
             )
         if self.decision is not None and self.decision.source == "measured":
-            extra = len(measurement.eager_steps) * (
+            extra = len(self.probe.eager_steps) * (
                 self.decision.eager_step_s - self.decision.compiled_step_s
             )
             report["cost_s"] = round(max(0.0, extra), 6)
