@@ -141,7 +141,7 @@ def verified_text(records: Sequence[RankRecord]) -> str | None:
             seconds += " in all"
         compile_s = sum(entry.verify_compile_s for entry, _ in group)
         if compile_s:
-            seconds += f" (compiling {compile_s:.1f} s apart)"
+            seconds += f"; compiling inside the check {compile_s:.1f} s"
         parts.append(f"{who} {outcome.replace(_SECONDS, seconds, 1)}")
     return "; ".join(parts) or None
 

@@ -315,3 +315,49 @@ def test_a_loop_without_an_optimizer_is_told_why_it_was_not_measured():
         "stepped no torch.optim optimizer" in switch.report(1.0, steps=0)["speedup"]["not_measured"]
     )
     assert "it needs 15 optimizer steps" in switch.report(1.0, steps=6)["speedup"]["not_measured"]
+
+
+def test_a_noisy_measurement_is_run_again_longer_and_then_decided():
+    # Issue 41 (make demo): "0.59x vs eager ... kept compiled (too noisy to decide)".
+    # Round 1: compiled 80 ms before and 200 ms after eager's 100 ms: noisy, no decision.
+    # Round 2 (steps 16 to 40, windows twice as long) agrees: compiled 50 ms, kept.
+    config = RuntimeConfig(enabled=True, backend="inductor", engine="inductor", auto_compile=False)
+    durations = {step: 0.08 for step in range(2, 41)}
+    durations.update({step: 0.10 for step in (8, 9, 10, 11)})
+    durations.update({step: 0.20 for step in (12, 13, 14, 15)})
+    durations.update({step: 0.05 for step in range(17, 25)})
+    durations.update({step: 0.10 for step in range(25, 33)})
+    durations.update({step: 0.05 for step in range(33, 41)})
+    switch, ran, after, clock = drive(config, durations, steps=40)
+    assert switch.probe.round == 2 and clock.reads == 2
+    assert [step for step, compiled in ran.items() if not compiled] == [
+        8, 9, 10, 11, *range(25, 33)
+    ]
+    assert switch.decision.keep == "compiled" and switch.decision.speedup == pytest.approx(2.0)
+    assert after == 1
+    report = switch.report(wall_s=10.0)["speedup"]
+    # Every eager step of both rounds, so the steady step time leaves them all out.
+    assert report["eager_steps"] == [8, 9, 10, 11, *range(25, 33)]
+
+
+def test_rounds_that_stay_noisy_never_keep_code_slower_than_eager():
+    config = RuntimeConfig(enabled=True, backend="inductor", engine="inductor", auto_compile=False)
+    probe = window.SpeedupProbe()
+    rounds = []
+    start, warmup, compiled, eager = 0, probe.warmup, probe.compiled, probe.eager
+    for _ in range(window.ROUNDS):  # the schedule the probe will follow
+        first = list(range(start + warmup + 1, start + warmup + compiled + 1))
+        eagers = list(range(first[-1] + 1, first[-1] + eager + 1))
+        again = list(range(eagers[-1] + 1, eagers[-1] + compiled + 1))
+        rounds.append((first, eagers, again))
+        start, warmup, compiled, eager = again[-1], 1, 2 * compiled, 2 * eager
+    durations = {}
+    for first, eagers, again in rounds:  # compiled 50 ms then 400 ms, eager 100 ms
+        durations.update({step: 0.05 for step in first})
+        durations.update({step: 0.10 for step in eagers})
+        durations.update({step: 0.40 for step in again})
+    last = rounds[-1][2][-1]
+    switch, _, after, clock = drive(config, durations, steps=last + 1)
+    assert clock.reads == window.ROUNDS
+    assert switch.decision.keep == "eager" and after == 0
+    assert switch.decision.reason.startswith(f"too noisy to decide in {window.ROUNDS}")
