@@ -249,6 +249,8 @@ def speedup_line(speedup: Mapping[str, Any] | None) -> str:
     reason = str(speedup.get("reason") or "")
     if reason.startswith("too noisy to decide"):
         line += " (too noisy to decide)"
+    if speedup.get("steps_from") == "backward":
+        line += " (steps: backward passes, the loop steps no torch.optim optimizer)"
     if speedup.get("cost_s") is not None:
         line += f"; measuring cost {speedup['cost_s']:.3g} s"
     return line

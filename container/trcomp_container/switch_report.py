@@ -285,6 +285,7 @@ def speedup_summary(records: Sequence[RankRecord]) -> dict[str, Any] | None:
         "eager_steps": list(report.eager_steps or []),
         "cost_s": report.cost_s,
         "cost_share": report.cost_share,
+        "steps_from": report.steps_from,
     }
 
 

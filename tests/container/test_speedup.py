@@ -331,7 +331,11 @@ def test_a_noisy_measurement_is_run_again_longer_and_then_decided():
     switch, ran, after, clock = drive(config, durations, steps=40)
     assert switch.probe.round == 2 and clock.reads == 2
     assert [step for step, compiled in ran.items() if not compiled] == [
-        8, 9, 10, 11, *range(25, 33)
+        8,
+        9,
+        10,
+        11,
+        *range(25, 33),
     ]
     assert switch.decision.keep == "compiled" and switch.decision.speedup == pytest.approx(2.0)
     assert after == 1

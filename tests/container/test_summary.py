@@ -267,8 +267,13 @@ def test_no_speedup_figure_or_kept_compiled_where_no_compiled_code_ran():
         "verify_s": 1.0,
     }
     speedup = {
-        "decision": {"keep": "compiled", "speedup": 1.15, "eager_step_s": 0.23,
-                     "compiled_step_s": 0.2, "reason": "compiled steps ran 1.15x of eager"},
+        "decision": {
+            "keep": "compiled",
+            "speedup": 1.15,
+            "eager_step_s": 0.23,
+            "compiled_step_s": 0.2,
+            "reason": "compiled steps ran 1.15x of eager",
+        },
         "compiled_steps": [4, 5, 6, 7, 12, 13, 14, 15],
         "eager_steps": [8, 9, 10, 11],
     }

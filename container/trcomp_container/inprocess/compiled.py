@@ -253,6 +253,5 @@ def _describe(value: Any, depth: int = 0) -> Any:
     return type(value).__name__
 
 
-
 if TYPE_CHECKING:
     from trcomp_container.inprocess.state import ModuleFacts, ModuleState

@@ -337,6 +337,9 @@ class SpeedupReport:
     """Seconds the eager steps cost over compiled ones."""
     cost_share: float | None = None
     """``cost_s`` over the process's wall time."""
+    steps_from: str | None = None
+    """What the steps were: ``optimizer`` steps, or ``backward`` passes of a loop that
+    steps no torch.optim optimizer; None in a record of a trcomp before issue 41."""
 
     @property
     def measured_steps(self) -> bool:
@@ -354,6 +357,7 @@ class SpeedupReport:
             "not_measured": self.not_measured,
             "cost_s": self.cost_s,
             "cost_share": self.cost_share,
+            **({} if self.steps_from is None else {"steps_from": self.steps_from}),
         }
 
     @classmethod
@@ -367,6 +371,7 @@ class SpeedupReport:
             not_measured=body.get("not_measured"),
             cost_s=body.get("cost_s"),
             cost_share=body.get("cost_share"),
+            steps_from=body.get("steps_from"),
         )
 
 

@@ -11,15 +11,16 @@ from __future__ import annotations
 import contextlib
 import statistics
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from trcomp_container.inprocess import torch_compat
 from trcomp_container.inprocess.aot import AOT_DIR
 from trcomp_container.inprocess.autocompile import AutoCompile
+from trcomp_container.inprocess.backward_steps import BACKWARDS_BEFORE_STEPS, BackwardSteps
 from trcomp_container.inprocess.eager import EagerMode
 from trcomp_container.inprocess.ledger import Ledger
 from trcomp_container.inprocess.settings import Settings
-from trcomp_container.inprocess.state import ModuleState
 from trcomp_container.inprocess.speedup.exchange import exchange
 from trcomp_container.inprocess.speedup.key import decision_key, module_signature
 from trcomp_container.inprocess.speedup.rule import (
@@ -32,6 +33,7 @@ from trcomp_container.inprocess.speedup.rule import (
 )
 from trcomp_container.inprocess.speedup.store import STORE_FILE, DecisionStore
 from trcomp_container.inprocess.speedup.window import Measurement, SpeedupProbe, step_times
+from trcomp_container.inprocess.state import ModuleState
 
 __all__ = ["NO_EAGER_IN_PROCESS", "Switch"]
 
@@ -48,7 +50,12 @@ class Switch:
     """Created when torch is imported in a compiled job; fed every optimizer step."""
 
     def __init__(
-        self, torch: Any, config: Any, settings: Settings, ledger: Ledger | None = None
+        self,
+        torch: Any,
+        config: Any,
+        settings: Settings,
+        ledger: Ledger | None = None,
+        on_backward: Callable[[], None] | None = None,
     ) -> None:
         self._torch = torch
         self.config = config
@@ -68,6 +75,14 @@ class Switch:
         """Compiled calls of each hook module at the last step (what the step ran)."""
         self._rounds: list[list[float]] = []
         """Each noisy round's agreed ``[eager, compiled_first, compiled_again]`` medians."""
+        self.steps_from = "optimizer"
+        """What the steps the switch is fed are: ``optimizer`` steps, or ``backward``
+        passes of a loop that steps no torch.optim optimizer (:mod:`.backward_steps`)."""
+        self.backward_steps: BackwardSteps | None = None
+        if on_backward is not None and str(settings.world_size) in ("", "1"):
+            # One rank only: the step's work (the measurement's exchange, the checks'
+            # agreement) would run inside the autograd engine beside DDP's collectives.
+            self.backward_steps = BackwardSteps(self.ledger, on_backward)
         cache = settings.cache_dir
         self.store = DecisionStore(cache / STORE_FILE) if cache else None
         if self.engine != "inductor":
@@ -98,6 +113,8 @@ class Switch:
     def _on_model(self, module: Any, args: Any) -> None:
         if self._model_signature is not None and not self._contains_model(module):
             return
+        if self.backward_steps is not None and self.probe is not None:
+            self.backward_steps.watch(module)
         self._model_id = id(module)
         self._model_signature = module_signature(module)
         self._key = decision_key(
@@ -176,6 +193,26 @@ class Switch:
                 return
         if switch is not None:
             self._set_eager(switch == "eager")
+
+    def on_first_optimizer_step(self, *, counted_backward: bool) -> None:
+        """The script stepped an optimizer for the first time: its steps are the job's.
+
+        ``counted_backward``: backward passes were counted as steps until now (a
+        gradient accumulation longer than :data:`.backward_steps.BACKWARDS_BEFORE_STEPS`):
+        a measurement they began starts again on optimizer steps.
+        """
+        if self.backward_steps is not None:
+            self.backward_steps.stop()
+        self.steps_from = "optimizer"
+        if counted_backward and self.decision is None and self.probe is not None:
+            self.probe = SpeedupProbe()
+            self._rounds = []
+            self._calls_before = {}
+            self._set_eager(False)
+
+    def on_backward_step(self) -> None:
+        """Backward passes are the loop's steps from now on (no optimizer stepped)."""
+        self.steps_from = "backward"
 
     def abandon(self, reason: str) -> None:
         """Stop the measurement and run compiled (an error in the measurement)."""
@@ -323,15 +360,23 @@ class Switch:
             "cost_s": None,
             "cost_share": None,
         }
+        report["steps_from"] = self.steps_from
+        unit = "optimizer steps" if self.steps_from == "optimizer" else "backward passes"
         if self.decision is None and report["not_measured"] is None and steps == 0:
             report["not_measured"] = (
-                "the script stepped no torch.optim optimizer: the speed-up is measured on "
-                "optimizer steps (a loop that updates its weights by hand is not measured)"
+                "the script stepped no torch.optim optimizer, and no step of its loop was "
+                "found (no backward pass reached the model's parameters"
+                + (
+                    ""
+                    if self.backward_steps is None
+                    else f" more than {BACKWARDS_BEFORE_STEPS} times"
+                )
+                + "): nothing to time compiled steps against eager"
             )
         elif self.decision is None and report["not_measured"] is None:
             report["not_measured"] = (
                 f"the job ended before the measurement was done (it needs "
-                f"{self.probe.steps_needed()} optimizer steps)"
+                f"{self.probe.steps_needed()} {unit})"
             )
         if self.decision is not None and self.decision.source == "measured":
             extra = len(self.probe.eager_steps) * (
