@@ -9,10 +9,19 @@ Standard library only at import (the summary reads it outside the training proce
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
-__all__ = ["ModuleFacts", "ModuleState", "module_state"]
+__all__ = [
+    "ModuleFacts",
+    "ModuleState",
+    "Stateful",
+    "all_eager_by_verdict",
+    "module_state",
+    "ran_compiled",
+]
 
 
 class ModuleState(str, Enum):
@@ -85,3 +94,43 @@ def _checked_before(facts: ModuleFacts) -> bool:
     that is still open follows a pass, as long as compiled calls ran in between.
     """
     return (facts.rechecks > 0 or facts.recompiled is not None) and facts.calls > 0
+
+
+class Stateful(Protocol):
+    """What the speed-up windows read of a module (a :class:`.compiled.CompiledModule`)."""
+
+    name: str
+    calls: int
+    failed: str | None
+    limit: str | None
+
+    @property
+    def state(self) -> ModuleState: ...
+
+
+def ran_compiled(
+    entries: Sequence[Stateful], calls_before: Mapping[int, int], *, script_compiled: bool
+) -> bool:
+    """Whether a step ran compiled code and checked no module: one module in a compiled
+    state made compiled calls since ``calls_before`` (``id(entry)`` -> its calls then), and
+    none was being checked (a checked call runs the module more than once). A module its
+    check kept eager runs eager, whatever graphs were compiled for it. ``script_compiled``:
+    the script compiled a model itself (its calls are not seen): it counts as compiled."""
+    if any(entry.state is ModuleState.CHECKING for entry in entries):
+        return False
+    return script_compiled or any(
+        entry.state.runs_compiled and entry.calls > calls_before.get(id(entry), 0)
+        for entry in entries
+    )
+
+
+def all_eager_by_verdict(entries: Sequence[Stateful]) -> str | None:
+    """Why there is nothing to measure: every module runs eager by a verdict (its check
+    failed, its compile failed, a limit); None otherwise (or with no module)."""
+    if not entries or any(entry.state is not ModuleState.EAGER_BY_VERDICT for entry in entries):
+        return None
+    why = "; ".join(
+        f"{entry.name}: {entry.failed or entry.limit or 'its graphs hold none of its work'}"
+        for entry in entries
+    )
+    return f"no compiled code ran: every compiled module runs eager ({why})"[:500]

@@ -33,7 +33,7 @@ from trcomp_container.inprocess.speedup.rule import (
 )
 from trcomp_container.inprocess.speedup.store import STORE_FILE, DecisionStore
 from trcomp_container.inprocess.speedup.window import Measurement, SpeedupProbe, step_times
-from trcomp_container.inprocess.state import ModuleState
+from trcomp_container.inprocess.state import ModuleState, all_eager_by_verdict, ran_compiled
 
 __all__ = ["NO_EAGER_IN_PROCESS", "Switch"]
 
@@ -269,38 +269,29 @@ class Switch:
         return list(self.autocompile.compiled) if self.autocompile is not None else []
 
     def _step_ran_compiled(self) -> bool:
-        """Whether the step that just ended ran compiled code and checked no module.
-
-        With the hook's modules: one of them in a compiled state made compiled calls
-        during the step, and none was being checked (a checked call runs the module
-        more than once). A module whose check kept it eager runs eager, whatever graphs
-        were compiled for it. Without them (a model the script compiled with plain
-        ``torch.compile``): some graph exists, as before.
-        """
+        """Whether the step that just ended ran compiled code and checked no module
+        (:func:`.state.ran_compiled`); without hook modules (a model the script compiled
+        with plain ``torch.compile``), whether some graph exists, as before."""
         entries = self._hook_modules()
         before, self._calls_before = self._calls_before, {id(e): e.calls for e in entries}
         if not entries:
             return self._graphs_run() > 0
-        if any(entry.state is ModuleState.CHECKING for entry in entries):
-            return False
-        return any(
-            entry.state.runs_compiled and entry.calls > before.get(id(entry), 0)
-            for entry in entries
-        ) or bool(self.autocompile is not None and self.autocompile.script_compiled)
+        script = bool(self.autocompile is not None and self.autocompile.script_compiled)
+        return ran_compiled(entries, before, script_compiled=script)
 
     def _all_eager_by_verdict(self) -> str | None:
-        """Why there is nothing to measure: every module the hook compiled runs eager by a
-        verdict (its check failed, its compile failed, a limit); None otherwise."""
+        """Why there is nothing to measure (:func:`.state.all_eager_by_verdict`); None otherwise.
+
+        One process only: ranks must stop together (they exchange their figures at the
+        window's end), and a compile failure or a limit is each rank's own. With several,
+        the windows find no clean step and the ranks agree there is no figure.
+        """
         entries = self._hook_modules()
-        if not entries or (self.autocompile is not None and self.autocompile.script_compiled):
+        if self.autocompile is not None and self.autocompile.script_compiled:
             return None
-        if any(entry.state is not ModuleState.EAGER_BY_VERDICT for entry in entries):
+        if str(self.settings.world_size) not in ("", "1"):
             return None
-        why = "; ".join(
-            f"{entry.name}: {entry.failed or entry.limit or 'its graphs hold none of its work'}"
-            for entry in entries
-        )
-        return f"no compiled code ran: every compiled module runs eager ({why})"[:500]
+        return all_eager_by_verdict(entries)
 
     def module_states(self) -> list[tuple[Any, ModuleState]]:
         """Each hook module with its state as the record keeps it at the job's end."""
