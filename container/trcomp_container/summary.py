@@ -171,7 +171,10 @@ def _rank_entry(record: RankRecord, metrics: Mapping[str, float | None]) -> dict
 
 
 def _derived_warnings(records: Sequence[RankRecord]) -> list[str]:
-    return [*switch_report.compiled_less(records), *_xla_cache_warnings(records)]
+    never = switch_report.no_compiled_code_ran(records)
+    compiled = bool(records and records[0].compile is not None and records[0].compile.graphs)
+    ran_eager = [f"the compiler was on but {never}"] if never and compiled else []
+    return [*switch_report.compiled_less(records), *ran_eager, *_xla_cache_warnings(records)]
 
 
 def _xla_cache_warnings(records: Sequence[RankRecord]) -> list[str]:

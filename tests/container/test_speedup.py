@@ -365,3 +365,15 @@ def test_rounds_that_stay_noisy_never_keep_code_slower_than_eager():
     assert clock.reads == window.ROUNDS
     assert switch.decision.keep == "eager" and after == 0
     assert switch.decision.reason.startswith(f"too noisy to decide in {window.ROUNDS}")
+
+
+def test_a_job_that_ends_while_measuring_again_reports_its_noisy_figure_kept_compiled():
+    config = RuntimeConfig(enabled=True, backend="inductor", engine="inductor", auto_compile=False)
+    durations = {step: 0.08 for step in range(2, 21)}
+    durations.update({step: 0.10 for step in (8, 9, 10, 11)})
+    durations.update({step: 0.20 for step in (12, 13, 14, 15)})
+    switch, _, after, _ = drive(config, durations, steps=20)
+    assert switch.decision is None and after == 1  # round 2 still in its compiled window
+    decision = switch.report(wall_s=10.0)["speedup"]["decision"]
+    assert decision["keep"] == "compiled" and decision["reason"].startswith("too noisy")
+    assert "the job ended before it measured again" in decision["reason"]

@@ -286,6 +286,8 @@ def test_no_speedup_figure_or_kept_compiled_where_no_compiled_code_ran():
     assert "ResNet: verification: output 0 differs" in summary["speedup"]["reason"]
     block = render_block(summary)
     assert "kept compiled" not in block and "1.15x" not in block
+    (warning,) = [w for w in summary["warnings"] if "no compiled code ran" in w]
+    assert warning.startswith("the compiler was on but no compiled code ran")
 
 
 def test_the_verified_line_gives_the_checks_seconds_and_its_compile_apart():

@@ -12,6 +12,7 @@ import contextlib
 import statistics
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from trcomp_container.inprocess import torch_compat
@@ -335,6 +336,19 @@ class Switch:
                 module["verify_compile_s"] = round(getattr(entry, "verify_compile_s", 0.0), 4)
         return {"autocompile": auto, "speedup": self._speedup_report(wall_s, steps)}
 
+    def _ended_while_noisy(self) -> Decision:
+        """What a job that ended while measuring again after noisy rounds ran: compiled
+        (neither round measured it slower than eager in both windows), with the figure of
+        the rounds it measured."""
+        figures = pooled(self._rounds, keep_faster=False)
+        return replace(
+            figures,
+            keep="compiled",
+            reason=f"too noisy to decide: {len(self._rounds)} noisy measurement(s), "
+            f"{figures.speedup:.2f}x of eager all together, and the job ended before it "
+            "measured again: it kept compiling",
+        )
+
     def _speedup_report(self, wall_s: float, steps: int) -> dict[str, Any]:
         if self.engine in NO_EAGER_IN_PROCESS:
             return {"decision": None, "not_measured": NO_EAGER_IN_PROCESS[self.engine]}
@@ -343,6 +357,8 @@ class Switch:
         if self.probe is None:
             return {"decision": None, "not_measured": "measure_speedup=False: not measured"}
         measurement = self.probe.measurement
+        if self.decision is None and self._rounds and not self.probe.done:
+            self.decision = self._ended_while_noisy()
         report: dict[str, Any] = {
             "decision": self.decision.as_dict() if self.decision else None,
             "compiled_steps": measurement.compiled_steps,
