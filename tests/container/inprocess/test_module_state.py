@@ -68,12 +68,12 @@ class Clock:
         return [0.10 if step in self.eager_steps else 0.05 for step in range(2, self.last + 1)]
 
 
-def switch_with_hooks(backend: Any) -> switch_module.Switch:
+def switch_with_hooks(backend: Any, *, verify: bool = True) -> switch_module.Switch:
     """The job's switch (inductor, measuring) with the zero-code hook on ``backend``."""
     config = RuntimeConfig(enabled=True, backend="inductor", engine="inductor", auto_compile=False)
     switch = switch_module.Switch(torch, config, Settings.from_env({}))
     hooks = autocompile.AutoCompile(
-        torch, compile_kwargs={"backend": backend}, fallback_eager=True, verify=True
+        torch, compile_kwargs={"backend": backend}, fallback_eager=True, verify=verify
     )
     hooks.install()
     _MADE.append(hooks)
@@ -143,15 +143,27 @@ def test_a_module_that_ran_compiled_is_measured_on_steps_that_ran_compiled_code(
     assert summary_of(switch, 16)["speedup"]["kept"] == "compiled"
 
 
+def test_a_module_compiled_unchecked_by_choice_is_measured_from_its_first_window():
+    switch = switch_with_hooks("aot_eager", verify=False)
+    train(switch, steps=16)
+    (entry,) = switch.autocompile.compiled
+    assert entry.state is ModuleState.COMPILED_UNCHECKED and entry.verified_calls == 0
+    assert switch.decision is not None and switch.decision.keep == "compiled"
+    report = switch.report(wall_s=10.0, steps=16)
+    assert report["autocompile"]["modules"][0]["state"] == "compiled_unchecked"
+    assert summary_of(switch, 16)["verified"] is None
+
+
 def test_a_step_that_checked_a_module_is_left_out_of_the_compiled_window():
     switch = switch_with_hooks("aot_eager")
     assert switch.probe is not None
     switch.probe.warmup = 0  # the window opens on step 1, while the module is checked
     train(switch, steps=13)
-    # Steps 1 and 2 checked the module (a round covers a whole step after its first
-    # call): not clean, whatever graphs existed.
-    assert switch.probe.measurement.compiled_first == [3, 4] or switch.probe.round > 1
-    assert 1 not in switch.probe.measurement.compiled_steps
+    # Window A (steps 1 to 4) compiled the module and checked it for a whole step after
+    # its first checked call: fewer than 2 clean steps, so the job measures again (a
+    # longer round after step 12) instead of comparing checked calls with eager ones.
+    assert switch.probe.round == 2 and switch.probe.earlier_eager_steps == [5, 6, 7, 8]
+    assert switch.decision is None
 
 
 def test_a_check_the_jobs_end_cut_off_keeps_the_earlier_verdict():
