@@ -29,6 +29,7 @@ from trcomp_container.inprocess.imports import AfterImport
 from trcomp_container.inprocess.ledger import Change, Ledger
 from trcomp_container.inprocess.record import RankRecord
 from trcomp_container.inprocess.settings import Settings
+from trcomp_container.inprocess.state import ModuleState
 from trcomp_container.inprocess.stepclock import StepClock
 from trcomp_container.inprocess.turns import Turns
 
@@ -306,6 +307,13 @@ class Session:
                 if state.steps == 3:
                     state.xla_compiles_at_step3 = count
                 state.xla_compiles_at_last_step = count
+
+    def module_states(self) -> list[tuple[str, ModuleState]]:
+        """Each module the zero-code path compiled or adopted, with its state now
+        (:class:`.state.ModuleState`); empty without a compiled job's switch."""
+        if self.switch is None or self.switch.autocompile is None:
+            return []
+        return [(entry.name, entry.state) for entry in self.switch.autocompile.compiled]
 
     def _stop_measuring(self, exc: Exception) -> None:
         message = f"the eager/compiled measurement stopped: {type(exc).__name__}: {exc}"

@@ -294,10 +294,6 @@ class Switch:
             return None
         return all_eager_by_verdict(entries)
 
-    def module_states(self) -> list[tuple[Any, ModuleState]]:
-        """Each hook module with its state as the record keeps it at the job's end."""
-        return [(entry, entry.state_at_end) for entry in self._hook_modules()]
-
     def _graphs_run(self) -> int:
         """Graphs dynamo compiled, and ahead-of-time artifacts that ran (loaded ones too)."""
         aot = self.autocompile.aot_graphs if self.autocompile is not None else 0

@@ -18,6 +18,7 @@ from trcomp_container.inprocess import record as rank_record
 from trcomp_container.inprocess.backward_steps import BACKWARDS_BEFORE_STEPS, WATCH
 from trcomp_container.inprocess.session import Session
 from trcomp_container.inprocess.settings import Settings
+from trcomp_container.inprocess.state import ModuleState
 from trcomp_container.summary import build_summary, render_block
 
 torch = pytest.importorskip("torch")
@@ -86,6 +87,7 @@ def test_a_loop_without_an_optimizer_is_measured_on_its_backward_passes(session,
     losses = by_hand(model, 40)
     assert losses == pytest.approx(eager, abs=1e-5)  # the check and the eager window included
     watched = next(model.parameters())
+    assert session.module_states() == [("Net", ModuleState.COMPILED_VERIFIED)]
     assert WATCH in session.ledger.in_force()
     record = record_of(session, tmp_path)
     assert not watched._post_accumulate_grad_hooks  # the hook is gone once the job ends
