@@ -91,7 +91,7 @@ def _rank_metrics(record: RankRecord) -> dict[str, float | None]:
     else:
         compile_time, graphs, recompiles, graph_breaks = 0.0, 0, 0, 0
     step = steady_step_time(record.step_intervals_s, switch_report.eager_step_numbers(record))
-    decision = record.speedup.decision if record.speedup is not None else None
+    decision = switch_report.shown_decision(record)  # none where no compiled code ran
     return {
         "compile_time_s": compile_time,
         "graphs_compiled": graphs,

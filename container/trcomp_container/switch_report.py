@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from trcomp_container.inprocess.record import RankRecord
+from trcomp_container.inprocess.record import RankRecord, SpeedupDecision
 from trcomp_container.inprocess.state import ModuleState
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "no_compiled_code_ran",
     "nothing_compiled",
     "ranks_text",
+    "shown_decision",
     "speedup_summary",
     "verified_text",
     "warm_start",
@@ -269,7 +270,7 @@ def speedup_summary(records: Sequence[RankRecord]) -> dict[str, Any] | None:
     report = next((r for r in reports if r.decision is not None), reports[0])
     decision = report.decision
     never = no_compiled_code_ran(records)
-    if never is not None and decision is not None and decision.keep == "compiled":
+    if never is not None and decision is not None and not _eager_on_purpose(decision):
         # Both windows ran the same eager code: the figure would be the window's noise.
         decision = None
     not_measured = never if never is not None and decision is None else report.not_measured
@@ -304,6 +305,19 @@ def no_compiled_code_ran(records: Sequence[RankRecord]) -> str | None:
         f"{entry.module}: {entry.failed or entry.module_state.value}" for entry in auto.modules
     )
     return f"no compiled code ran, so there is nothing to compare with eager ({why})"[:600]
+
+
+def shown_decision(record: RankRecord) -> SpeedupDecision | None:
+    """The record's decision, or None where no compiled code ran (its windows compared
+    eager with eager); a stored decision to run eager stays (eager on purpose)."""
+    decision = record.speedup.decision if record.speedup is not None else None
+    if decision is None or _eager_on_purpose(decision):
+        return decision
+    return None if no_compiled_code_ran([record]) is not None else decision
+
+
+def _eager_on_purpose(decision: SpeedupDecision) -> bool:
+    return decision.keep == "eager" and decision.source == "stored"
 
 
 def _compile_cost(records: Sequence[RankRecord]) -> str:

@@ -286,6 +286,9 @@ def test_no_speedup_figure_or_kept_compiled_where_no_compiled_code_ran():
     assert "ResNet: verification: output 0 differs" in summary["speedup"]["reason"]
     block = render_block(summary)
     assert "kept compiled" not in block and "1.15x" not in block
+    assert "speedup_vs_eager" not in summary["metrics"]
+    assert "eager_step_s" not in summary["metrics"]
+    assert "speedup_vs_eager" not in "\n".join(metric_lines(summary))
     (warning,) = [w for w in summary["warnings"] if "no compiled code ran" in w]
     assert warning.startswith("the compiler was on but no compiled code ran")
 
