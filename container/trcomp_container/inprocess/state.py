@@ -93,6 +93,8 @@ def _checked_before(facts: ModuleFacts) -> bool:
     (``rechecks``, or a fresh compile after its parameters' ``requires_grad`` changed)
     that is still open follows a pass, as long as compiled calls ran in between.
     """
+    if facts.verified is True:  # a check that keeps the earlier verdict while it runs
+        return True
     return (facts.rechecks > 0 or facts.recompiled is not None) and facts.calls > 0
 
 

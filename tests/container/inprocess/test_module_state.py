@@ -209,3 +209,24 @@ def test_a_first_check_the_jobs_end_cut_off_is_not_decided():
 def test_the_state_is_derived_from_the_modules_fields(facts, state):
     assert module_state(facts) is state
     assert state.runs_compiled is (state.value.startswith("compiled"))
+
+
+@pytest.mark.parametrize(
+    ("facts", "at_end"),
+    [
+        (ModuleFacts(checking=True), ModuleState.CHECKING),  # a first check: not decided
+        (ModuleFacts(checking=True, rechecks=1, calls=4), ModuleState.COMPILED_VERIFIED),
+        (
+            ModuleFacts(checking=True, recompiled="requires_grad", calls=4),
+            ModuleState.COMPILED_VERIFIED,
+        ),
+        (ModuleFacts(checking=True, verified=True, calls=4), ModuleState.COMPILED_VERIFIED),
+        (
+            ModuleFacts(checking=True, rechecks=1, failed="verification: x"),
+            ModuleState.EAGER_BY_VERDICT,
+        ),
+    ],
+)
+def test_a_check_cut_off_by_the_jobs_end_keeps_the_verdict_before_it(facts, at_end):
+    assert module_state(facts) in (ModuleState.CHECKING, ModuleState.EAGER_BY_VERDICT)
+    assert module_state(facts, job_ended=True) is at_end
