@@ -91,7 +91,7 @@ def _rank_metrics(record: RankRecord) -> dict[str, float | None]:
     else:
         compile_time, graphs, recompiles, graph_breaks = 0.0, 0, 0, 0
     step = steady_step_time(record.step_intervals_s, switch_report.eager_step_numbers(record))
-    decision = record.speedup.decision if record.speedup is not None else None
+    decision = switch_report.shown_decision(record)  # none where no compiled code ran
     return {
         "compile_time_s": compile_time,
         "graphs_compiled": graphs,
@@ -171,7 +171,10 @@ def _rank_entry(record: RankRecord, metrics: Mapping[str, float | None]) -> dict
 
 
 def _derived_warnings(records: Sequence[RankRecord]) -> list[str]:
-    return [*switch_report.compiled_less(records), *_xla_cache_warnings(records)]
+    never = switch_report.no_compiled_code_ran(records)
+    compiled = bool(records and records[0].compile is not None and records[0].compile.graphs)
+    ran_eager = [f"the compiler was on but {never}"] if never and compiled else []
+    return [*switch_report.compiled_less(records), *ran_eager, *_xla_cache_warnings(records)]
 
 
 def _xla_cache_warnings(records: Sequence[RankRecord]) -> list[str]:
@@ -249,6 +252,8 @@ def speedup_line(speedup: Mapping[str, Any] | None) -> str:
     reason = str(speedup.get("reason") or "")
     if reason.startswith("too noisy to decide"):
         line += " (too noisy to decide)"
+    if speedup.get("steps_from") == "backward":
+        line += " (steps: backward passes, the loop steps no torch.optim optimizer)"
     if speedup.get("cost_s") is not None:
         line += f"; measuring cost {speedup['cost_s']:.3g} s"
     return line

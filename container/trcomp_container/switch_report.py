@@ -12,15 +12,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from trcomp_container.inprocess.record import RankRecord
+from trcomp_container.inprocess.record import RankRecord, SpeedupDecision
+from trcomp_container.inprocess.state import ModuleState
 
 __all__ = [
     "compiled_less",
     "compiled_text",
     "eager_step_numbers",
     "first_step_skew",
+    "no_compiled_code_ran",
     "nothing_compiled",
     "ranks_text",
+    "shown_decision",
     "speedup_summary",
     "verified_text",
     "warm_start",
@@ -75,9 +78,11 @@ def compiled_text(records: Sequence[RankRecord], backend: str | None) -> str:
     auto = record.autocompile
     described = []
     for entry in auto.modules if auto is not None else []:
-        if entry.failed:
+        if entry.failed and entry.failed.startswith("verification: "):
+            how = "kept eager by its check"
+        elif entry.failed:
             how = "failed, ran eager"
-        elif not entry.ran_compiled:
+        elif not entry.module_state.runs_compiled:
             how = "compiled by trcomp but ran eager at the end"
         elif entry.by != "trcomp":
             how = f"by the script, through {entry.by}"
@@ -105,6 +110,7 @@ def verified_text(records: Sequence[RankRecord]) -> str | None:
         if not entry.verified_calls:
             continue
         cost = f"{_plural(entry.verified_calls, 'call')} run both ways, {_SECONDS}"
+        state = entry.module_state
         if entry.rechecks:
             cost += f"; {_plural(entry.rechecks, 'later graph')} checked too"
         if entry.unchecked_graphs:
@@ -117,6 +123,13 @@ def verified_text(records: Sequence[RankRecord]) -> str | None:
         elif entry.verified is False:
             why = (entry.failed or "").removeprefix("verification: ")
             outcome = f"kept eager ({cost}): {why}"
+        elif state is ModuleState.COMPILED_VERIFIED:
+            # A later graph's check (a smaller last batch) that the job's end cut off:
+            # the module keeps the verdict of the check it passed.
+            outcome = (
+                f"matched eager ({cost}; a later graph's check was cut off by the job's "
+                "end, the earlier verdict stands)"
+            )
         else:
             outcome = f"not decided ({cost}; the job ended during its check)"
         described.append((entry, outcome))
@@ -127,6 +140,9 @@ def verified_text(records: Sequence[RankRecord]) -> str | None:
         if len(group) > 1:
             outcome = outcome.replace(" run both ways", " each run both ways", 1)
             seconds += " in all"
+        compile_s = sum(entry.verify_compile_s for entry, _ in group)
+        if compile_s:
+            seconds += f"; compiling inside the check {compile_s:.1f} s"
         parts.append(f"{who} {outcome.replace(_SECONDS, seconds, 1)}")
     return "; ".join(parts) or None
 
@@ -253,17 +269,66 @@ def speedup_summary(records: Sequence[RankRecord]) -> dict[str, Any] | None:
         return None
     report = next((r for r in reports if r.decision is not None), reports[0])
     decision = report.decision
+    never = no_compiled_code_ran(records)
+    if never is not None and decision is not None and not _eager_on_purpose(decision):
+        # Both windows ran the same eager code: the figure would be the window's noise.
+        decision = None
+    not_measured = never if never is not None and decision is None else report.not_measured
+    if decision is None and records and not records[0].steps:
+        not_measured = f"{not_measured or 'not measured'}{_compile_cost(records)}"
     return {
         "kept": decision.keep if decision else None,
         "eager_step_s": decision.eager_step_s if decision else None,
         "compiled_step_s": decision.compiled_step_s if decision else None,
         "speedup_vs_eager": decision.speedup if decision else None,
-        "reason": (decision.reason if decision else None) or report.not_measured,
+        "reason": (decision.reason if decision else None) or not_measured,
         "source": decision.source if decision else None,
         "eager_steps": list(report.eager_steps or []),
         "cost_s": report.cost_s,
         "cost_share": report.cost_share,
+        "steps_from": report.steps_from,
     }
+
+
+def no_compiled_code_ran(records: Sequence[RankRecord]) -> str | None:
+    """Why no step of the job ran compiled code, when none did (rank 0's view); else None.
+
+    Only for modules the hook compiled or adopted: with a model the script compiled
+    itself (plain ``torch.compile``) the hook cannot see its calls, and says nothing.
+    """
+    auto = records[0].autocompile if records else None
+    if auto is None or not auto.modules or auto.script_compiled:
+        return None
+    if any(entry.calls > 0 or entry.module_state.runs_compiled for entry in auto.modules):
+        return None
+    why = "; ".join(
+        f"{entry.module}: {entry.failed or entry.module_state.value}" for entry in auto.modules
+    )
+    return f"no compiled code ran, so there is nothing to compare with eager ({why})"[:600]
+
+
+def shown_decision(record: RankRecord) -> SpeedupDecision | None:
+    """The record's decision, or None where no compiled code ran (its windows compared
+    eager with eager); a stored decision to run eager stays (eager on purpose)."""
+    decision = record.speedup.decision if record.speedup is not None else None
+    if decision is None or _eager_on_purpose(decision):
+        return decision
+    return None if no_compiled_code_ran([record]) is not None else decision
+
+
+def _eager_on_purpose(decision: SpeedupDecision) -> bool:
+    return decision.keep == "eager" and decision.source == "stored"
+
+
+def _compile_cost(records: Sequence[RankRecord]) -> str:
+    """What compiling cost a job that could not measure (a loop without steps)."""
+    compile_info = records[0].compile
+    if compile_info is None or not compile_info.time_s:
+        return ""
+    return (
+        f"; compiling cost {compile_info.time_s:.1f} s and the compiled code was kept "
+        "unmeasured: no step was found to time it against eager"
+    )
 
 
 def _limit_fix(limit: str) -> str:

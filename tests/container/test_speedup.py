@@ -155,11 +155,27 @@ def test_nothing_compiled_is_not_measured():
 
 
 def test_two_compiled_windows_that_disagree_are_too_noisy_to_decide():
-    decision = rule.decide([0.10], [0.20], compiled_again=[3.4], keep_faster=True)
-    assert decision.keep == "compiled" and decision.reason.startswith("too noisy to decide")
-    assert "200.00 ms before and 3400.00 ms after" in decision.reason
+    decision = rule.decide([0.10], [0.08], compiled_again=[0.20], keep_faster=True)
+    assert decision.noisy and decision.reason.startswith("too noisy to decide")
+    assert "80.00 ms before and 200.00 ms after" in decision.reason
     agreeing = rule.decide([0.10], [0.20], compiled_again=[0.21], keep_faster=True)
-    assert agreeing.keep == "eager"
+    assert agreeing.keep == "eager" and not agreeing.noisy
+
+
+def test_code_slower_than_eager_in_both_windows_is_never_kept_as_too_noisy():
+    # Issue 41: windows 200 ms and 3400 ms apart, both slower than eager's 100 ms, were
+    # "too noisy to decide" and kept compiling (0.10x seen).
+    decision = rule.decide([0.10], [0.20], compiled_again=[3.4], keep_faster=True)
+    assert decision.keep == "eager" and not decision.noisy
+
+
+def test_rounds_that_stay_noisy_are_decided_on_all_of_them_together():
+    rounds = [[0.131, 0.108, 0.40], [0.131, 0.30, 0.11], [0.131, 0.105, 0.35]]
+    decision = rule.pooled(rounds, keep_faster=True)
+    # Compiled medians 0.108, 0.30, 0.11, 0.40, 0.105, 0.35: their median 0.205 s
+    # against eager's 0.131 s: slower, kept eager, and the figure says so.
+    assert decision.keep == "eager" and decision.speedup < 1
+    assert decision.reason.startswith("too noisy to decide in 3 measurements")
 
 
 def test_the_eager_window_is_skipped_when_the_compiled_peak_is_close_to_the_device_limit():
@@ -299,3 +315,65 @@ def test_a_loop_without_an_optimizer_is_told_why_it_was_not_measured():
         "stepped no torch.optim optimizer" in switch.report(1.0, steps=0)["speedup"]["not_measured"]
     )
     assert "it needs 15 optimizer steps" in switch.report(1.0, steps=6)["speedup"]["not_measured"]
+
+
+def test_a_noisy_measurement_is_run_again_longer_and_then_decided():
+    # Issue 41 (make demo): "0.59x vs eager ... kept compiled (too noisy to decide)".
+    # Round 1: compiled 80 ms before and 200 ms after eager's 100 ms: noisy, no decision.
+    # Round 2 (steps 16 to 40, windows twice as long) agrees: compiled 50 ms, kept.
+    config = RuntimeConfig(enabled=True, backend="inductor", engine="inductor", auto_compile=False)
+    durations = {step: 0.08 for step in range(2, 41)}
+    durations.update({step: 0.10 for step in (8, 9, 10, 11)})
+    durations.update({step: 0.20 for step in (12, 13, 14, 15)})
+    durations.update({step: 0.05 for step in range(17, 25)})
+    durations.update({step: 0.10 for step in range(25, 33)})
+    durations.update({step: 0.05 for step in range(33, 41)})
+    switch, ran, after, clock = drive(config, durations, steps=40)
+    assert switch.probe.round == 2 and clock.reads == 2
+    assert [step for step, compiled in ran.items() if not compiled] == [
+        8,
+        9,
+        10,
+        11,
+        *range(25, 33),
+    ]
+    assert switch.decision.keep == "compiled" and switch.decision.speedup == pytest.approx(2.0)
+    assert after == 1
+    report = switch.report(wall_s=10.0)["speedup"]
+    # Every eager step of both rounds, so the steady step time leaves them all out.
+    assert report["eager_steps"] == [8, 9, 10, 11, *range(25, 33)]
+
+
+def test_rounds_that_stay_noisy_never_keep_code_slower_than_eager():
+    config = RuntimeConfig(enabled=True, backend="inductor", engine="inductor", auto_compile=False)
+    probe = window.SpeedupProbe()
+    rounds = []
+    start, warmup, compiled, eager = 0, probe.warmup, probe.compiled, probe.eager
+    for _ in range(window.ROUNDS):  # the schedule the probe will follow
+        first = list(range(start + warmup + 1, start + warmup + compiled + 1))
+        eagers = list(range(first[-1] + 1, first[-1] + eager + 1))
+        again = list(range(eagers[-1] + 1, eagers[-1] + compiled + 1))
+        rounds.append((first, eagers, again))
+        start, warmup, compiled, eager = again[-1], 1, 2 * compiled, 2 * eager
+    durations = {}
+    for first, eagers, again in rounds:  # compiled 50 ms then 400 ms, eager 100 ms
+        durations.update({step: 0.05 for step in first})
+        durations.update({step: 0.10 for step in eagers})
+        durations.update({step: 0.40 for step in again})
+    last = rounds[-1][2][-1]
+    switch, _, after, clock = drive(config, durations, steps=last + 1)
+    assert clock.reads == window.ROUNDS
+    assert switch.decision.keep == "eager" and after == 0
+    assert switch.decision.reason.startswith(f"too noisy to decide in {window.ROUNDS}")
+
+
+def test_a_job_that_ends_while_measuring_again_reports_its_noisy_figure_kept_compiled():
+    config = RuntimeConfig(enabled=True, backend="inductor", engine="inductor", auto_compile=False)
+    durations = {step: 0.08 for step in range(2, 21)}
+    durations.update({step: 0.10 for step in (8, 9, 10, 11)})
+    durations.update({step: 0.20 for step in (12, 13, 14, 15)})
+    switch, _, after, _ = drive(config, durations, steps=20)
+    assert switch.decision is None and after == 1  # round 2 still in its compiled window
+    decision = switch.report(wall_s=10.0)["speedup"]["decision"]
+    assert decision["keep"] == "compiled" and decision["reason"].startswith("too noisy")
+    assert "the job ended before it measured again" in decision["reason"]

@@ -167,7 +167,7 @@ def test_the_summary_says_what_checking_against_eager_found_and_cost():
         "differs by 0.02"
     )
     assert summary["compiled"] == (
-        "Net (by trcomp, no code change), Critic (failed, ran eager), "
+        "Net (by trcomp, no code change), Critic (kept eager by its check), "
         "Head (by the script, through trcomp.runtime.compile); 3 graphs"
     )
     assert f"verified       {summary['verified']}" in render_block(summary)
@@ -223,7 +223,7 @@ def test_the_summary_names_fsdp2_blocks_of_one_model_as_one_group():
     )
     assert summary["compiled"] == (
         "3 FSDP2 blocks of FSDPNet (by trcomp, no code change), "
-        "FSDPNet.blocks.3 (failed, ran eager); 3 graphs"
+        "FSDPNet.blocks.3 (kept eager by its check); 3 graphs"
     )
     assert summary["verified"] == (
         "3 FSDP2 blocks of FSDPNet matched eager (2 calls each run both ways, 3.0 s in all); "
@@ -252,3 +252,62 @@ def test_the_summary_says_per_rank_whether_it_compiled_or_loaded_and_the_first_s
     assert f"by rank        {summary['by_rank']}" in render_block(summary)
     one = build_summary(records[:1], job={"backend": "inductor"})
     assert one["by_rank"] is None and one["first_step_skew_s"] is None
+
+
+def test_no_speedup_figure_or_kept_compiled_where_no_compiled_code_ran():
+    # A record whose measurement compared eager with eager (the check kept the module
+    # eager): the summary says so, never "1.15x ... kept compiled".
+    kept_eager = {
+        "module": "ResNet",
+        "calls": 0,
+        "ran_compiled": False,
+        "failed": "verification: output 0 differs by 0.3",
+        "verified": False,
+        "verified_calls": 2,
+        "verify_s": 1.0,
+    }
+    speedup = {
+        "decision": {
+            "keep": "compiled",
+            "speedup": 1.15,
+            "eager_step_s": 0.23,
+            "compiled_step_s": 0.2,
+            "reason": "compiled steps ran 1.15x of eager",
+        },
+        "compiled_steps": [4, 5, 6, 7, 12, 13, 14, 15],
+        "eager_steps": [8, 9, 10, 11],
+    }
+    summary = build_summary(
+        [record(0, 30, [0.1] * 20, autocompile={"modules": [kept_eager]}, speedup=speedup)],
+        job={"backend": "inductor"},
+    )
+    assert summary["speedup"]["speedup_vs_eager"] is None and summary["speedup"]["kept"] is None
+    assert summary["speedup"]["reason"].startswith("no compiled code ran")
+    assert "ResNet: verification: output 0 differs" in summary["speedup"]["reason"]
+    block = render_block(summary)
+    assert "kept compiled" not in block and "1.15x" not in block
+    assert "speedup_vs_eager" not in summary["metrics"]
+    assert "eager_step_s" not in summary["metrics"]
+    assert "speedup_vs_eager" not in "\n".join(metric_lines(summary))
+    (warning,) = [w for w in summary["warnings"] if "no compiled code ran" in w]
+    assert warning.startswith("the compiler was on but no compiled code ran")
+
+
+def test_the_verified_line_gives_the_checks_seconds_and_its_compile_apart():
+    checked = {
+        "module": "TinyLM",
+        "calls": 5,
+        "ran_compiled": True,
+        "verified": True,
+        "verified_calls": 2,
+        "verify_s": 0.7,
+        "verify_compile_s": 48.6,
+        "state": "compiled_verified",
+    }
+    summary = build_summary(
+        [record(0, 30, [0.1] * 10, autocompile={"modules": [checked]})],
+        job={"backend": "inductor"},
+    )
+    assert summary["verified"] == (
+        "TinyLM matched eager (2 calls run both ways, 0.7 s; compiling inside the check 48.6 s)"
+    )

@@ -9,7 +9,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trcomp.runtime.regions import RegionalCall
 from trcomp_container.inprocess.aot import AotCall
@@ -154,6 +154,42 @@ class CompiledModule:
             else (None if self.aot_off is None else {"path": "off", "reason": self.aot_off}),
         }
 
+    # -- its one state (issue 41): derived from the fields above ------------------------
+
+    @property
+    def state(self) -> ModuleState:
+        """What the module's calls run now (:class:`.state.ModuleState`); the speed-up
+        windows, the keep-faster decision and the record read it."""
+        from trcomp_container.inprocess.state import module_state
+
+        return module_state(self.facts)
+
+    @property
+    def state_at_end(self) -> ModuleState:
+        """Its state as the record keeps it at the job's end: a later check the job's end
+        cut off keeps the verdict of the check the module passed before."""
+        from trcomp_container.inprocess.state import module_state
+
+        return module_state(self.facts, job_ended=True)
+
+    @property
+    def facts(self) -> ModuleFacts:
+        """The fields its state is derived from."""
+        from trcomp_container.inprocess.state import ModuleFacts
+
+        return ModuleFacts(
+            failed=self.failed,
+            checking=self.checking,
+            verified=self.verified,
+            calls=self.calls,
+            last_call_eager=self.last_call_eager,
+            graphs_seen=self.graphs_seen,
+            ran_aot=self.ran_aot,
+            unchecked_graphs=self.unchecked_graphs,
+            rechecks=self.rechecks,
+            recompiled=self.recompiled,
+        )
+
 
 class LimitLog(logging.Filter):
     """Reads dynamo's "hit config.recompile_limit" warnings, for any frame.
@@ -232,3 +268,7 @@ def _describe(value: Any, depth: int = 0) -> Any:
     if depth < 4 and isinstance(value, dict):
         return tuple((key, _describe(item, depth + 1)) for key, item in value.items())
     return type(value).__name__
+
+
+if TYPE_CHECKING:
+    from trcomp_container.inprocess.state import ModuleFacts, ModuleState

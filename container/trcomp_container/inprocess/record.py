@@ -15,11 +15,14 @@ the script imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
+
+from trcomp_container.inprocess.state import ModuleFacts, ModuleState, module_state
 
 __all__ = [
     "RECORD_GLOB",
@@ -234,7 +237,10 @@ class ModuleReport(_Flat):
     verified_calls: int = 0
     """Calls run both ways for the check."""
     verify_s: float = 0.0
-    """Seconds those calls took (the module's first compile included)."""
+    """Seconds the check itself took (its compile apart: ``verify_compile_s``; a record of
+    a trcomp before issue 41 counted the module's first compile in it)."""
+    verify_compile_s: float = 0.0
+    """Seconds of compiling spent inside the check (the module's first compile)."""
     rechecks: int = 0
     """New graphs checked after its first check (a new input shape, mode or grad mode)."""
     unchecked_graphs: int = 0
@@ -242,6 +248,30 @@ class ModuleReport(_Flat):
     block_of: str | None = None
     """The model it is a block of, when compiled block by block (FSDP2 blocks)."""
     aot: ModuleAot | None = None
+    state: str | None = None
+    """Its state at the job's end (:class:`.state.ModuleState`'s value): ``eager``,
+    ``checking``, ``compiled_verified``, ``compiled_unchecked`` or ``eager_by_verdict``;
+    None in a record of a trcomp before issue 41 (:attr:`module_state` derives it)."""
+
+    @property
+    def module_state(self) -> ModuleState:
+        """Its state at the job's end: the record's, or derived from its fields."""
+        if self.state is not None:
+            with contextlib.suppress(ValueError):
+                return ModuleState(self.state)
+        facts = ModuleFacts(
+            failed=self.failed,
+            checking=False,
+            verified=self.verified,
+            calls=self.calls,
+            last_call_eager=not self.ran_compiled,
+            graphs_seen=self.graphs_seen,
+            ran_aot=self.aot is not None and self.aot.path == "loaded",
+            unchecked_graphs=self.unchecked_graphs,
+            rechecks=self.rechecks,
+            recompiled=self.recompiled,
+        )
+        return module_state(facts, job_ended=True)
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> ModuleReport:
@@ -307,6 +337,9 @@ class SpeedupReport:
     """Seconds the eager steps cost over compiled ones."""
     cost_share: float | None = None
     """``cost_s`` over the process's wall time."""
+    steps_from: str | None = None
+    """What the steps were: ``optimizer`` steps, or ``backward`` passes of a loop that
+    steps no torch.optim optimizer; None in a record of a trcomp before issue 41."""
 
     @property
     def measured_steps(self) -> bool:
@@ -324,6 +357,7 @@ class SpeedupReport:
             "not_measured": self.not_measured,
             "cost_s": self.cost_s,
             "cost_share": self.cost_share,
+            **({} if self.steps_from is None else {"steps_from": self.steps_from}),
         }
 
     @classmethod
@@ -337,6 +371,7 @@ class SpeedupReport:
             not_measured=body.get("not_measured"),
             cost_s=body.get("cost_s"),
             cost_share=body.get("cost_share"),
+            steps_from=body.get("steps_from"),
         )
 
 

@@ -24,10 +24,12 @@ from types import ModuleType, TracebackType
 from typing import Any
 
 from trcomp_container.inprocess import reports, torch_compat
+from trcomp_container.inprocess.backward_steps import BACKWARDS_BEFORE_STEPS
 from trcomp_container.inprocess.imports import AfterImport
 from trcomp_container.inprocess.ledger import Change, Ledger
 from trcomp_container.inprocess.record import RankRecord
 from trcomp_container.inprocess.settings import Settings
+from trcomp_container.inprocess.state import ModuleState
 from trcomp_container.inprocess.stepclock import StepClock
 from trcomp_container.inprocess.turns import Turns
 
@@ -62,6 +64,11 @@ class ProcessState:
         self.xla_compiles_at_last_step: int | None = None
         self.error: dict[str, Any] | None = None
         self.warnings: list[str] = []
+        self.backward_passes = 0
+        """Backward passes counted before any optimizer step (:mod:`.backward_steps`)."""
+        self.steps_from = "optimizer"
+        """``optimizer``: ``steps`` counts the first optimizer's steps; ``backward``: the
+        backward passes of a loop that steps no torch.optim optimizer."""
 
 
 # -- the optimizer step, as dynamo sees it -------------------------------------------
@@ -167,7 +174,9 @@ class Session:
         if config is not None and config.enabled:
             from trcomp_container.inprocess.switch import Switch
 
-            self.switch = Switch(torch, config, self.settings, self.ledger)
+            self.switch = Switch(
+                torch, config, self.settings, self.ledger, on_backward=self.on_backward
+            )
 
     def _after_dynamo(self, dynamo: ModuleType) -> None:
         global _record_step
@@ -240,6 +249,7 @@ class Session:
         state = self.state
         if state.optimizer_id is None:
             state.optimizer_id = optimizer_id
+            self._first_optimizer_step()
         elif optimizer_id != state.optimizer_id:
             # Several optimizers (or a wrapper): count the first one's steps only; a script
             # that stops stepping it (a second phase) ends the measurement window.
@@ -247,6 +257,43 @@ class Session:
                 with self.guarded(self._stop_measuring):
                     self.switch.on_other_optimizer()
             return
+        self._step()
+
+    def _first_optimizer_step(self) -> None:
+        """The loop steps an optimizer: its steps are the job's, not backward passes."""
+        state = self.state
+        counted = state.steps_from == "backward"
+        if counted:  # a gradient accumulation longer than the backward count's wait
+            state.steps, state.first_step_s = 0, None
+            state.clock = StepClock(_MAX_INTERVALS)
+            state.steps_from = "optimizer"
+        if self.switch is not None:
+            with self.guarded(self._stop_measuring):
+                self.switch.on_first_optimizer_step(counted_backward=counted)
+
+    def on_backward(self) -> None:
+        """A backward pass reached the model's parameters (:mod:`.backward_steps`).
+
+        Called inside the autograd engine: never raises. After
+        :data:`.backward_steps.BACKWARDS_BEFORE_STEPS` passes and no optimizer step, each
+        pass is the loop's step.
+        """
+        with self.guarded(lambda exc: self.warn(f"backward steps: {type(exc).__name__}: {exc}")):
+            state = self.state
+            if state.optimizer_id is not None:
+                return
+            state.backward_passes += 1
+            if state.backward_passes <= BACKWARDS_BEFORE_STEPS:
+                return
+            if state.steps_from != "backward":
+                state.steps_from = "backward"
+                if self.switch is not None:
+                    self.switch.on_backward_step()
+            self._step()
+
+    def _step(self) -> None:
+        """One step of the job: an optimizer step, or a backward pass of a loop without one."""
+        state = self.state
         state.steps += 1
         if state.first_step_s is None:
             state.first_step_s = time.time() - self.started
@@ -260,6 +307,13 @@ class Session:
                 if state.steps == 3:
                     state.xla_compiles_at_step3 = count
                 state.xla_compiles_at_last_step = count
+
+    def module_states(self) -> list[tuple[str, ModuleState]]:
+        """Each module the zero-code path compiled or adopted, with its state now
+        (:class:`.state.ModuleState`); empty without a compiled job's switch."""
+        if self.switch is None or self.switch.autocompile is None:
+            return []
+        return [(entry.name, entry.state) for entry in self.switch.autocompile.compiled]
 
     def _stop_measuring(self, exc: Exception) -> None:
         message = f"the eager/compiled measurement stopped: {type(exc).__name__}: {exc}"

@@ -59,10 +59,12 @@ MODULE = {
     "verified": True,
     "verified_calls": 1,
     "verify_s": 0.5,
+    "verify_compile_s": 12.5,
     "rechecks": 1,
     "unchecked_graphs": 0,
     "block_of": None,
     "aot": AOT_SAVED,
+    "state": "compiled_verified",
 }
 AUTOCOMPILE = {
     "modules": [
@@ -78,6 +80,7 @@ AUTOCOMPILE = {
             "limit": "recompile_limit (8): size mismatch at index 0",
             "recompiled": "requires_grad of its parameters changed",
             "aot": {"path": "off", "reason": "torch 2.9 has no aot_compile"},
+            "state": "eager_by_verdict",
         },
         {**MODULE, "module": "Head", "aot": None},
     ],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "agree",
     "decide",
     "memory_too_close",
+    "pooled",
 ]
 
 MARGIN = 0.05
@@ -40,6 +41,9 @@ class Decision:
     speedup: float
     reason: str
     source: Literal["measured", "stored"] = "measured"
+    noisy: bool = False
+    """The two compiled windows disagreed and neither was slower than eager beyond the
+    margin: measure again (:func:`pooled` decides after the last round)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,7 +72,8 @@ def decide(
     if compiled_again:
         first = float(statistics.median(compiled))
         second = float(statistics.median(compiled_again))
-        if max(first, second) > (1 + agreement) * min(first, second):
+        slower_in_both = min(first, second) > (1 + margin) * eager_s
+        if max(first, second) > (1 + agreement) * min(first, second) and not slower_in_both:
             return Decision(
                 "compiled",
                 eager_s,
@@ -76,8 +81,10 @@ def decide(
                 speedup,
                 f"too noisy to decide: the compiled steps ran {first * 1e3:.2f} ms before "
                 f"and {second * 1e3:.2f} ms after the eager ones ({eager_s * 1e3:.2f} ms), "
-                f"more than {agreement:.0%} apart: kept compiling",
+                f"more than {agreement:.0%} apart",
+                noisy=True,
             )
+        # Slower than eager in both windows: slower, however far apart the windows are.
     if speedup >= 1 - margin:
         verdict = "faster than" if speedup > 1 + margin else "within noise of"
         return Decision(
@@ -104,6 +111,25 @@ def decide(
         f"compiled steps ran {shown} of eager, slower beyond the {margin:.0%} noise margin; "
         "kept compiling because keep_faster is off (an explicit backend): set "
         "keep_faster=True to let such jobs run eager",
+    )
+
+
+def pooled(
+    rounds: Sequence[Sequence[float]], *, keep_faster: bool, margin: float = MARGIN
+) -> Decision:
+    """The decision after the last round, when every round was too noisy to decide.
+
+    ``rounds``: each round's ``[eager, compiled_first, compiled_again]`` medians. The
+    rule on the medians of all rounds together, so the figure and what was kept agree
+    (never code measured slower than eager beyond the margin, with ``keep_faster``).
+    """
+    eager = [figures[0] for figures in rounds]
+    compiled = [value for figures in rounds for value in figures[1:]]
+    decision = decide(eager, compiled, keep_faster=keep_faster, margin=margin)
+    return replace(
+        decision,
+        reason=f"too noisy to decide in {len(rounds)} measurements; all of them together: "
+        + decision.reason,
     )
 
 

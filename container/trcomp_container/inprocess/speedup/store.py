@@ -35,7 +35,10 @@ class DecisionStore:
         if not isinstance(entry, dict):
             return None
         try:
-            fields = {name: entry[name] for name in Decision.__dataclass_fields__}
+            # "noisy" came later: a decision stored before it was never noisy.
+            fields = {
+                name: entry[name] for name in Decision.__dataclass_fields__ if name != "noisy"
+            }
             fields["source"] = "stored"
             return Decision(**fields), int(entry.get("uses", 0))
         except (KeyError, TypeError, ValueError):

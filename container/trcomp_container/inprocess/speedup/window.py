@@ -6,8 +6,12 @@
    the script compiled runs under ``torch.compiler.set_stance("force_eager")``;
 4. ``compiled`` steps, compiled again (window B).
 
-Steps during which something compiled are left out of the medians. The step
-times come from the session's step clock (CUDA events on a GPU).
+Steps during which something compiled, a module was being checked, or no compiled
+code ran (a module the check kept eager) are left out of the medians. The step
+times come from the session's step clock (CUDA events on a GPU). A measurement
+that cannot decide (too few clean steps, two compiled windows that disagree) is
+run again (:meth:`SpeedupProbe.restart`), with longer windows, up to
+:data:`ROUNDS` times in all.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["MIN_CLEAN", "Measurement", "SpeedupProbe", "step_times"]
+__all__ = ["MIN_CLEAN", "ROUNDS", "Measurement", "SpeedupProbe", "step_times"]
 
 MIN_CLEAN = 2
 """Clean (nothing compiled) steps a window needs."""
+ROUNDS = 3
+"""Measurements a job runs at most: a round that cannot decide is run again, longer."""
 
 Phase = Literal["warmup", "compiled", "eager", "after", "done"]
 
@@ -55,11 +61,37 @@ class SpeedupProbe:
     phase: Phase = "warmup"
     measurement: Measurement = field(default_factory=Measurement)
     not_measured: str | None = None
+    start: int = 0
+    """The step before this round's warm-up (0 for the first round)."""
+    round: int = 1
+    """This measurement's round (1 to :data:`ROUNDS`)."""
+    earlier_eager_steps: list[int] = field(default_factory=list)
+    """The eager steps of earlier rounds (left out of the steady step time too)."""
     _last_events: int = 0
 
     @property
     def last_step(self) -> int:
-        return self.warmup + 2 * self.compiled + self.eager
+        return self.start + self.warmup + 2 * self.compiled + self.eager
+
+    @property
+    def eager_steps(self) -> list[int]:
+        """Every step that ran eager for the comparison, all rounds."""
+        return [*self.earlier_eager_steps, *self.measurement.eager_steps]
+
+    @property
+    def can_restart(self) -> bool:
+        """Whether another round may run (:data:`ROUNDS`)."""
+        return self.round < ROUNDS
+
+    def restart(self) -> None:
+        """Measure again after this round's last step: one warm-up step, windows twice as
+        long (called from ``finish``, which then returns ``"compiled"``)."""
+        self.earlier_eager_steps = self.eager_steps
+        self.measurement = Measurement()
+        self.start, self.warmup = self.last_step, 1
+        self.compiled, self.eager = 2 * self.compiled, 2 * self.eager
+        self.round += 1
+        self.phase = "warmup"
 
     @property
     def done(self) -> bool:
@@ -78,15 +110,16 @@ class SpeedupProbe:
         *,
         compiled: bool = True,
     ) -> str | None:
-        """After 1-based ``step``; ``compiled``: some graph exists (compile events alone may
-        be frames dynamo tried and skipped)."""
+        """After 1-based ``step``; ``compiled``: compiled code ran during the step and no
+        module was being checked (compile events alone may be frames dynamo tried and
+        skipped; a graph compiled for a module its check kept eager never runs)."""
         clean = compile_events == self._last_events and compiled
         self._last_events = compile_events
-        eager_from = self.warmup + self.compiled + 1
+        eager_from = self.start + self.warmup + self.compiled + 1
         again_from = eager_from + self.eager
         if self.phase == "done":
             return None
-        if step <= self.warmup:
+        if step <= self.start + self.warmup:
             return None
         if step < eager_from:
             self.phase = "compiled"
@@ -112,8 +145,9 @@ class SpeedupProbe:
             len(self.measurement.compiled_again) < MIN_CLEAN
         ):
             return (
-                "the compiler was still compiling during the measurement window "
-                f"(steps {self.warmup + 1} to {self.last_step}): recompiles, or nothing compiled"
+                "the compiler was still compiling, or no compiled code ran, during the "
+                f"measurement window (steps {self.start + self.warmup + 1} to "
+                f"{self.last_step}): recompiles, a module being checked, or nothing compiled"
             )
         return None
 
@@ -127,7 +161,7 @@ class SpeedupProbe:
         self.not_measured = reason
 
     def steps_needed(self) -> int:
-        """The fewest optimizer steps a job needs for the measurement."""
+        """The fewest optimizer steps a job needs for the measurement (this round)."""
         return self.last_step
 
 
