@@ -109,14 +109,17 @@ def verified_text(records: Sequence[RankRecord]) -> str | None:
     for entry in auto.modules if auto is not None else []:
         if not entry.verified_calls:
             continue
-        cost = f"{_plural(entry.verified_calls, 'call')} run both ways, {_SECONDS}"
+        cost = f"{_plural(entry.verified_calls, 'graph')} checked on copies, {_SECONDS}"
         state = entry.module_state
         if entry.rechecks:
             cost += f"; {_plural(entry.rechecks, 'later graph')} checked too"
         if entry.unchecked_graphs:
+            why = entry.unchecked_reason or "a job of several ranks: a verdict round on one rank"
+            cost += f"; {_plural(entry.unchecked_graphs, 'graph')} unchecked ({why})"
+        if entry.double_backwards:
             cost += (
-                f"; {_plural(entry.unchecked_graphs, 'later graph')} unchecked "
-                "(one rank checking alone would run the module's collectives twice)"
+                f"; {_plural(entry.double_backwards, 'backward')} with create_graph=True "
+                "recomputed it eagerly"
             )
         if entry.verified:
             outcome = f"matched eager ({cost})"
@@ -138,7 +141,7 @@ def verified_text(records: Sequence[RankRecord]) -> str | None:
         who, outcome = _who(group)
         seconds = f"{sum(entry.verify_s for entry, _ in group):.1f} s"
         if len(group) > 1:
-            outcome = outcome.replace(" run both ways", " each run both ways", 1)
+            outcome = outcome.replace(" checked on copies", " checked on copies each", 1)
             seconds += " in all"
         compile_s = sum(entry.verify_compile_s for entry, _ in group)
         if compile_s:

@@ -87,8 +87,6 @@ MAY_STAY_EAGER = {
     "that step recomputed eagerly, then eager",
     "late_penalty.py": "a gradient penalty from step 6 (create_graph=True): that step "
     "recomputed eagerly, then eager",
-    "queue_in_forward.py": "verification: the compiled backward needs the queue after "
-    "forward overwrote it (torch.compile fails in backward; eager copies the queue)",
     "user_hooks.py": "dynamo breaks the graph at a module's full backward hook ('require "
     "compiled autograd') and compiles only the script's forward hook",
     "rnn_unrolled.py": "verification: a Python loop over LSTMCell that compiling unrolls "
@@ -117,7 +115,6 @@ MUST_SAY = {
     "gradient_penalty.py": lambda auto: _eager_after_double_backward(auto),
     "higher_order_grads.py": lambda auto: _eager_after_double_backward(auto),
     "late_penalty.py": lambda auto: _eager_after_double_backward(auto),
-    "queue_in_forward.py": lambda auto: _kept_eager_by_verification(auto, "inplace"),
     "rnn_unrolled.py": lambda auto: _kept_eager_by_verification(
         auto, "calls cell (LSTMCell) 100 times"
     ),

@@ -161,9 +161,9 @@ def test_the_summary_says_what_checking_against_eager_found_and_cost():
         [record(0, 30, [0.1] * 10, autocompile=auto)], job={"backend": "inductor"}
     )
     assert summary["verified"] == (
-        "Net matched eager (3 calls run both ways, 21.4 s; 1 later graph checked too; 1 "
+        "Net matched eager (3 graphs checked on copies, 21.4 s; 1 later graph checked too; 1 "
         "later graph unchecked (one rank checking alone would run the module's collectives "
-        "twice)); Critic kept eager (1 call run both ways, 3.0 s): the gradient of b.weight "
+        "twice)); Critic kept eager (1 graph checked on copies, 3.0 s): the gradient of b.weight "
         "differs by 0.02"
     )
     assert summary["compiled"] == (
@@ -226,8 +226,8 @@ def test_the_summary_names_fsdp2_blocks_of_one_model_as_one_group():
         "FSDPNet.blocks.3 (kept eager by its check); 3 graphs"
     )
     assert summary["verified"] == (
-        "3 FSDP2 blocks of FSDPNet matched eager (2 calls each run both ways, 3.0 s in all); "
-        "FSDPNet.blocks.3 kept eager (2 calls run both ways, 1.0 s): output 0 differs"
+        "3 FSDP2 blocks of FSDPNet matched eager (2 graphs checked on copies each, 3.0 s in all); "
+        "FSDPNet.blocks.3 kept eager (2 graphs checked on copies, 1.0 s): output 0 differs"
     )
 
 
@@ -309,5 +309,6 @@ def test_the_verified_line_gives_the_checks_seconds_and_its_compile_apart():
         job={"backend": "inductor"},
     )
     assert summary["verified"] == (
-        "TinyLM matched eager (2 calls run both ways, 0.7 s; compiling inside the check 48.6 s)"
+        "TinyLM matched eager (2 graphs checked on copies, 0.7 s; "
+        "compiling inside the check 48.6 s)"
     )

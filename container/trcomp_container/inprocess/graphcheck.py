@@ -163,6 +163,8 @@ class Region:
         """Positions of inputs a call changed in place (seen by the check)."""
         self.double_backwards = 0
         """Backwards through it with ``create_graph=True``, recomputed eagerly."""
+        self.protect: list[int] = []
+        """Positions of inputs passed to the compiled graph as copies (:meth:`_check`)."""
         self.wrap: bool | None = None
         """Whether its calls run inside :func:`.regionfn.run_region`'s node (None: not
         decided before its first call)."""
@@ -176,6 +178,8 @@ class Region:
 
     def compiled(self, *args: Any) -> Any:
         """The compiled graph's call (boxed or not, as the backend made it)."""
+        if self.protect:
+            args = tuple(arg.clone() if i in self.protect else arg for i, arg in enumerate(args))
         return self._compiled(list(args)) if self._boxed else self._compiled(*args)
 
     def __call__(self, *args: Any) -> Any:
@@ -259,6 +263,12 @@ class Region:
             entry.verified_calls += 1
             entry.verify_compile_s += compile_s
             entry.verify_s += max(0.0, time.perf_counter() - started - compile_s)
+        if len(sides) == 2:
+            # Inputs the compiled graph keeps for its backward where eager keeps a copy
+            # (AOTAutograd saves an input its graph only cloned): a later in-place write
+            # to one (a MoCo queue overwritten by the forward's next graph) would fail the
+            # compiled backward. They reach the compiled graph as copies from now on.
+            self.protect = sorted(sides[1].kept - sides[0].kept - self.mutated)
         sides.clear()  # the copies and their results go before the script's call runs
         if verdict.problem is not None:
             self.wrong = verdict.problem
@@ -270,7 +280,21 @@ class Region:
         torch = self.owner.torch
         copies = [self._copy(torch, arg) for arg in args]
         versions = [getattr(arg, "_version", None) for arg in copies]
-        out = run(*copies)
+        storages = {
+            _storage(arg): index
+            for index, arg in enumerate(copies)
+            if _is_tensor(arg) and not isinstance(args[index], torch.nn.Parameter)
+        }
+        kept: set[int] = set()
+
+        def pack(tensor: Any) -> Any:
+            found = storages.get(_storage(tensor))
+            if found is not None:
+                kept.add(found)
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            out = run(*copies)
         flat = list(tensors(out))
         wanted = [arg for arg in copies if _is_tensor(arg) and arg.requires_grad]
         grads = vjp(torch, flat, wanted)
@@ -286,6 +310,7 @@ class Region:
             grad_positions=[i for i, arg in enumerate(copies) if any(arg is w for w in wanted)],
             changed={index: copies[index].detach() for index in changed},
             rng=rng_state(torch),
+            kept=kept,
         )
 
     def _copy(self, torch: Any, arg: Any) -> Any:
@@ -306,6 +331,13 @@ class Region:
         found = {id(tensor): name for name, tensor in module.named_parameters()}
         found.update({id(tensor): f"buffer {name}" for name, tensor in module.named_buffers()})
         return {i: found[id(arg)] for i, arg in enumerate(args) if id(arg) in found}
+
+
+def _storage(tensor: Any) -> int:
+    try:
+        return int(tensor.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):  # a tensor without storage (a subclass)
+        return id(tensor)
 
 
 def _is_tensor(value: Any) -> bool:

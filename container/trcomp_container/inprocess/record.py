@@ -235,12 +235,20 @@ class ModuleReport(_Flat):
     verified: bool | None = None
     """Checked against eager: True matched, False did not (``failed`` says how), None not yet."""
     verified_calls: int = 0
-    """Calls run both ways for the check."""
+    """Graphs checked (each captured graph at its first call in the module, run eager and
+    compiled on copies of its inputs; a record of a trcomp before issue 41: calls run
+    both ways)."""
     verify_s: float = 0.0
     """Seconds the check itself took (its compile apart: ``verify_compile_s``; a record of
     a trcomp before issue 41 counted the module's first compile in it)."""
     verify_compile_s: float = 0.0
-    """Seconds of compiling spent inside the check (the module's first compile)."""
+    """Seconds of compiling spent inside the check (backward graphs compiled at the
+    check's backward, which the script's first backward would otherwise have paid)."""
+    unchecked_reason: str | None = None
+    """Why a graph of it ran unchecked, when one did (a graph that runs collectives)."""
+    double_backwards: int = 0
+    """Backwards with ``create_graph=True`` through its compiled graphs: each recomputed
+    the graph eagerly (the step got eager's gradients); it runs eager after the first."""
     rechecks: int = 0
     """New graphs checked after its first check (a new input shape, mode or grad mode)."""
     unchecked_graphs: int = 0

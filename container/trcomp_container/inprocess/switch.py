@@ -329,7 +329,7 @@ class Switch:
                     state = ModuleState.EAGER_BY_VERDICT  # dynamo broke every graph
                 module["state"] = state.value
                 # Compile seconds spent inside the check (verify_s excludes them).
-                module["verify_compile_s"] = round(getattr(entry, "verify_compile_s", 0.0), 4)
+                module["verify_compile_s"] = round(entry.verify_compile_s, 4)
         return {"autocompile": auto, "speedup": self._speedup_report(wall_s, steps)}
 
     def _ended_while_noisy(self) -> Decision:

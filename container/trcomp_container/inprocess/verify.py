@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trcomp_container.inprocess.speedup.exchange import exchange
@@ -91,6 +91,9 @@ class Side:
     """Inputs (by position) the call changed in place, as they are after it."""
     rng: list[Any]
     """The random generators' states after the call."""
+    kept: set[int] = field(default_factory=set)
+    """Inputs (by position, parameters left out) the call saved for its backward as they
+    are, not as a copy."""
 
 
 def compare_sides(

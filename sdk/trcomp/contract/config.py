@@ -240,11 +240,12 @@ class TrainingCompilerConfig(BaseModel):
 
     verify: bool = Field(
         default=True,
-        description="Check each module the zero-code path compiles against eager on its "
-        "first compiled step (outputs, parameter gradients, buffer updates, the random "
-        "stream): a module that differs, fails or is differentiated twice stays eager, "
-        "named in the summary. Costs one step run both ways. False: compiled code trains "
-        "unchecked, so a compiler bug can change or stop the job. Inductor only.",
+        description="Check each graph the zero-code path compiles against eager at its "
+        "first call, on copies of its inputs (outputs, input gradients, in-place changes, "
+        "the random stream), so the script's code runs once: a module whose graph differs "
+        "or fails stays eager, named in the summary. Costs each graph run twice on copies, "
+        "once. False: compiled code trains unchecked, so a compiler bug can change or stop "
+        "the job. Inductor only.",
     )
 
     fast_random: bool = Field(
