@@ -162,9 +162,8 @@ def test_the_summary_says_what_checking_against_eager_found_and_cost():
     )
     assert summary["verified"] == (
         "Net matched eager (3 graphs checked on copies, 21.4 s; 1 later graph checked too; 1 "
-        "later graph unchecked (one rank checking alone would run the module's collectives "
-        "twice)); Critic kept eager (1 graph checked on copies, 3.0 s): the gradient of b.weight "
-        "differs by 0.02"
+        "graph unchecked (a job of several ranks: a verdict round on one rank)); Critic kept "
+        "eager (1 graph checked on copies, 3.0 s): the gradient of b.weight differs by 0.02"
     )
     assert summary["compiled"] == (
         "Net (by trcomp, no code change), Critic (kept eager by its check), "

@@ -60,6 +60,8 @@ MODULE = {
     "verified_calls": 1,
     "verify_s": 0.5,
     "verify_compile_s": 12.5,
+    "unchecked_reason": None,
+    "double_backwards": 0,
     "rechecks": 1,
     "unchecked_graphs": 0,
     "block_of": None,
