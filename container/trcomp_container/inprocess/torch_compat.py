@@ -182,7 +182,7 @@ def current_graph_task_id() -> int:
 
 def current_graph_task_keeps_graph() -> bool:
     """Whether the backward running now keeps its graph (``retain_graph=True``), as
-    AOTAutograd reads it for its donated buffers; False outside a backward pass."""
+    AOTAutograd reads it for its donated buffers (outside a backward: True)."""
     torch = importlib.import_module("torch")
     return bool(torch._C._autograd._get_current_graph_task_keep_graph())
 

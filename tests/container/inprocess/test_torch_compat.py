@@ -149,3 +149,33 @@ def test_the_default_store_of_a_process_group(tmp_path):
         assert store.get("trcomp/pin") == b"1"
     finally:
         dist.destroy_process_group()
+
+
+def test_the_backend_torch_compile_would_use_and_the_lazy_backward_compile_time():
+    # The graph check wraps the backend torch.compile builds for "inductor" with its mode.
+    inductor = torch_compat.backend_of(torch, "inductor", "max-autotune-no-cudagraphs", None, None)
+    assert type(inductor).__name__ == "_TorchCompileInductorWrapper"
+    assert torch_compat.backend_of(torch, "aot_eager", None, None, None) is not None
+    custom = lambda gm, example_inputs: gm  # noqa: E731
+    assert torch_compat.backend_of(torch, custom, None, None, None) is custom
+    torch._dynamo.reset()
+    before = torch_compat.backward_compile_seconds()
+    compiled = torch.compile(nn.Sequential(nn.Linear(2, 2), nn.Tanh()), backend="inductor")
+    # No cache: a hit loads the backward with the forward, and compiles nothing later.
+    with (
+        torch._inductor.config.patch(fx_graph_cache=False),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+    ):
+        compiled(torch.ones(1, 2)).sum().backward()  # compiles its backward lazily, here
+    assert torch_compat.backward_compile_seconds() > before
+    torch._dynamo.reset()
+
+
+def test_a_backward_says_whether_it_keeps_its_graph():
+    seen = []
+    x = torch.ones(2, requires_grad=True)
+    y = (x * 2).sum()
+    y.register_hook(lambda g: seen.append(torch_compat.current_graph_task_keeps_graph()) or g)
+    y.backward(retain_graph=True)
+    y.backward()
+    assert seen == [True, False]
