@@ -152,7 +152,6 @@ class Region:
         self.owner = owner
         self.eager = eager
         self._compiled = compiled
-        self._boxed = bool(getattr(compiled, "_boxed_call", False))
         self.facts = facts
         self.entry = entry
         self.checked: set[int] = set()
@@ -177,10 +176,11 @@ class Region:
             self.owner.double_backward(entry)
 
     def compiled(self, *args: Any) -> Any:
-        """The compiled graph's call (boxed or not, as the backend made it)."""
+        """The compiled graph's call, as dynamo makes it (positional arguments: torch 2.9's
+        and 2.14's backends take them so, whatever their ``_boxed_call`` says)."""
         if self.protect:
             args = tuple(arg.clone() if i in self.protect else arg for i, arg in enumerate(args))
-        return self._compiled(list(args)) if self._boxed else self._compiled(*args)
+        return self._compiled(*args)
 
     def __call__(self, *args: Any) -> Any:
         owner = self.owner
