@@ -95,7 +95,8 @@ class CheckedBackend:
     def __call__(self, gm: Any, example_inputs: list[Any]) -> Callable[..., Any]:
         # Inductor's passes rewrite the graph module in place: eager runs a copy of the
         # graph (attributes shared; parameters are inputs, not attributes, on torch >= 2.5).
-        eager = self.owner.torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+        torch = self.owner.torch
+        eager = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
         facts = _facts(gm)
         compiled = self.inner(gm, example_inputs)
         region = Region(self.owner, eager, compiled, facts, self.owner.running)
@@ -113,13 +114,16 @@ class _Facts:
     """It runs a collective: checking would run it again on this rank only."""
     random: bool
     """It draws random numbers (a recomputation puts the generators' state back first)."""
+    higher_order: bool
+    """It calls a higher-order operator (a nested compile region)."""
 
 
 def _facts(gm: Any) -> _Facts:
-    in_place = collectives = random = False
+    in_place = collectives = random = higher_order = False
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method"):
             continue
+        higher_order = higher_order or torch_compat.is_higher_order_op(node.target)
         name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
         text = f"{name} {node.target}"
         mutating = (
@@ -132,7 +136,7 @@ def _facts(gm: Any) -> _Facts:
         collectives = collectives or any(word in text for word in _COLLECTIVES)
         random = random or any(word in text for word in ("rand", "dropout", "bernoulli"))
         random = random or any(word in text for word in ("normal", "uniform", "multinomial"))
-    return _Facts(in_place, collectives, random)
+    return _Facts(in_place, collectives, random, higher_order)
 
 
 class Region:
@@ -144,7 +148,7 @@ class Region:
     def __init__(
         self,
         owner: AutoCompile,
-        eager: Any,
+        eager: Callable[..., Any],
         compiled: Callable[..., Any],
         facts: _Facts,
         entry: CompiledModule | None,
@@ -200,11 +204,21 @@ class Region:
             self.checked.add(id(entry))
             if self._should_check(entry):
                 return self._check(entry, args)
-        return run_region(owner.torch, self, args)
+        return run_region(owner.torch, self, args, checking=bool(entry and entry.checking))
 
     def _should_check(self, entry: CompiledModule) -> bool:
         """Whether this first call in ``entry`` is checked; a new check round begins."""
         if entry.failed is not None:
+            return False
+        if self.facts.higher_order:
+            # A nested compile region's invoke_subgraph has no eager backward outside a
+            # compile, and a second trace of it (aot_eager) shares its subgraph's cache
+            # with inductor's: there is no eager reference to check it against.
+            entry.unchecked_graphs += 1
+            entry.unchecked_reason = (
+                "a graph with nested compile regions (regional=True) has no eager "
+                "reference to check it against"
+            )
             return False
         if self.facts.collectives:
             entry.unchecked_graphs += 1
@@ -273,7 +287,7 @@ class Region:
         if verdict.problem is not None:
             self.wrong = verdict.problem
             return self.eager(*args)
-        return run_region(torch, self, args)
+        return run_region(torch, self, args, checking=True)
 
     def _side(self, run: Callable[..., Any], args: tuple[Any, ...]) -> Side:
         """One side of the check: ``run`` on copies of ``args``, and a backward into them."""
@@ -298,10 +312,13 @@ class Region:
         flat = list(tensors(out))
         wanted = [arg for arg in copies if _is_tensor(arg) and arg.requires_grad]
         grads = vjp(torch, flat, wanted)
+        # Changed in place: a new version, or other values than the input's (a kernel such
+        # as batch_norm's writes its running statistics without a new version).
         changed = {
             index
             for index, (arg, version) in enumerate(zip(copies, versions, strict=True))
-            if version is not None and arg._version != version
+            if version is not None
+            and (arg._version != version or (arg is not args[index] and _moved(arg, args[index])))
         }
         self.mutated |= changed
         return Side(
@@ -318,7 +335,15 @@ class Region:
         if not _is_tensor(arg):
             return arg
         keep = isinstance(arg, torch.nn.Parameter) and not self.facts.in_place
-        copied = arg.detach() if keep else arg.detach().clone()
+        if keep:
+            copied = arg.detach()
+        else:
+            # The same strides as the input's: the compiled graph asserts them (a slice of a
+            # wider tensor is no dense tensor, and clone() would make it contiguous).
+            copied = torch.empty_strided(
+                arg.size(), arg.stride(), dtype=arg.dtype, device=arg.device
+            )
+            copied.copy_(arg.detach())
         if arg.requires_grad:
             copied.requires_grad_(True)
         return copied
@@ -331,6 +356,16 @@ class Region:
         found = {id(tensor): name for name, tensor in module.named_parameters()}
         found.update({id(tensor): f"buffer {name}" for name, tensor in module.named_buffers()})
         return {i: found[id(arg)] for i, arg in enumerate(args) if id(arg) in found}
+
+
+def _moved(copy: Any, original: Any) -> bool:
+    """Whether a copy's values are no longer its original's (NaN equal to NaN)."""
+    if copy.shape != original.shape or copy.dtype != original.dtype:
+        return True
+    same = copy.detach() == original.detach()
+    if copy.is_floating_point() or copy.is_complex():
+        same = same | (copy.detach().isnan() & original.detach().isnan())
+    return not bool(same.all())
 
 
 def _storage(tensor: Any) -> int:

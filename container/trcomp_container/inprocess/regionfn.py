@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["run_region"]
 
 
-def run_region(torch: Any, region: Region, args: tuple[Any, ...]) -> Any:
+def run_region(torch: Any, region: Region, args: tuple[Any, ...], *, checking: bool) -> Any:
     """``region``'s compiled call, inside the node of :func:`_node` when a backward through
     it may ask for a graph: it trains and takes a tensor that requires a gradient and is
     no parameter (the batch of a gradient penalty, MAML's fast weights, an activation of
@@ -45,7 +45,12 @@ def run_region(torch: Any, region: Region, args: tuple[Any, ...]) -> Any:
     ``requires_grad``, so every call of one graph decides the same. The node cost 0.7 ms
     per forward and 2.2 ms per forward and backward for a call of 151 inputs on this
     project's 2-core machine under load, which a whole-model graph, whose inputs are the
-    data and its parameters, does not pay."""
+    data and its parameters, does not pay. While its module is being checked
+    (``checking``), every training call runs in the node: a double backward through the
+    parameters alone (MAML's inner step, a penalty on the parameters' gradients) from the
+    first compiled step on is seen then."""
+    if checking and torch.is_grad_enabled():
+        return _node(torch).apply(region, *args)
     if region.wrap is None:
         region.wrap = torch.is_grad_enabled() and any(
             _is_tensor(arg) and arg.requires_grad and not isinstance(arg, torch.nn.Parameter)

@@ -36,6 +36,7 @@ __all__ = [
     "has_module_hooks",
     "inductor_cache_counts",
     "inductor_config",
+    "is_higher_order_op",
     "list_mode_options",
     "optimized_module_class",
     "redis_backend_class",
@@ -134,6 +135,14 @@ def backend_of(torch: Any, backend: Any, mode: str | None, options: Any, dynamic
     if isinstance(backend, str):
         return importlib.import_module("torch._dynamo").lookup_backend(backend)
     return backend
+
+
+def is_higher_order_op(target: Any) -> bool:
+    """Whether an FX node's target is a higher-order operator (``invoke_subgraph`` of a
+    nested compile region, ``checkpoint``...): ``torch._ops.HigherOrderOperator``."""
+    ops = _loaded("torch._ops")
+    kind = getattr(ops, "HigherOrderOperator", None)
+    return isinstance(kind, type) and isinstance(target, kind)
 
 
 def register_compile_callbacks(
