@@ -77,6 +77,8 @@ TOLERANCE = {"autocast_bf16.py": 2e-2}
 MAY_STAY_EAGER = {
     "data_parallel_cpu.py": "issue 24: no compiled module under nn.DataParallel",
     "changing_unroll.py": "dynamo's recompile limit: a new graph for every loop count",
+    "python_state.py": "dynamo's recompile limit: a new graph for every value of the call "
+    "counter (each one checked, the counter still counts each call once)",
     "torch_func.py": "dynamo runs a module called inside torch.func transforms eager",
     "variable_seq_len.py": "dynamo does not trace nn.GRU (a graph break): no graph to compile",
     "buffer_center_update.py": "verification: torch's compiled backward reads the buffer "
@@ -99,6 +101,10 @@ MUST_SAY = {
     ),
     "changing_unroll.py": lambda auto: any(
         (m.get("limit") or "").startswith("recompile_limit") and m.get("ran_compiled") is False
+        for m in auto.get("modules", [])
+    ),
+    "python_state.py": lambda auto: any(
+        (m.get("limit") or "").startswith("recompile_limit") and m.get("verified_calls", 0) > 1
         for m in auto.get("modules", [])
     ),
     "torch_func.py": lambda auto: any(
