@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import durations
+
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
 
 # tests/helpers/cxx/g++: inductor's CPU kernel builds, cached across the session's jobs.
@@ -20,14 +22,15 @@ _CXX_CACHE = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Put the kernel-build cache first on PATH for every job the tests start.
+    """Record per-test durations; put the kernel-build cache first on PATH for every job.
 
     Each test job compiles with its own empty compile cache, so inductor builds
     the same kernels again and again; the wrapper runs the real g++ once per
     distinct build in the session (see its docstring for what a build's key holds).
     ``TRCOMP_TEST_CXX_CACHE=off`` builds everything for real. xdist workers inherit
-    the controller's setting.
+    the controller's setting. Durations: tests/helpers/durations.py.
     """
+    durations.register(config)
     if os.environ.get("TRCOMP_TEST_CXX_CACHE") == "off" or CXX_CACHE_ENV in os.environ:
         return
     cache = Path(tempfile.mkdtemp(prefix="trcomp-cxx-cache-"))
