@@ -24,9 +24,9 @@ result. Then:
   and its ``speedup`` decision (:func:`untruths`).
 
 A handful also run as real process-mode jobs through ``trcomp.PyTorch``.
-Every run shares one inductor cache per session (cold on the session's first
-run of each graph); set ``TORCHINDUCTOR_CACHE_DIR`` to keep one between
-sessions while editing. The table of results (pattern, loss difference, what
+Every run uses the session's warm inductor cache (tests/helpers/compile_cache.py:
+both pytest-xdist workers, and later runs while its key holds); set
+``TORCHINDUCTOR_CACHE_DIR`` to use another. The table of results (pattern, loss difference, what
 was compiled, what was kept) is written to ``$TRCOMP_CORPUS_TABLE``, default
 ``corpus-table.md`` in pytest's base temp dir, for a closing note.
 """
@@ -233,9 +233,9 @@ def finish(started: Any) -> Run:
 
 
 @pytest.fixture(scope="session")
-def inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def inductor_cache(warm_compile_cache: Path) -> Path:
     kept = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    return Path(kept) if kept else tmp_path_factory.mktemp("corpus-inductor-cache")
+    return Path(kept) if kept else warm_compile_cache
 
 
 @pytest.fixture(scope="session")
