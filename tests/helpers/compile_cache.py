@@ -12,8 +12,11 @@ cache key already holds (the FX graph, inductor's config, torch's version): the
 torch and Python versions and the text of trcomp's container package and
 runtime, whose start-up hook patches how inductor compiles. A new key gets a
 new, empty directory (older ones of the same torch version are removed). The directory is
-``build/test-compile-cache/<key>``; ``TRCOMP_TEST_COMPILE_CACHE=<dir>`` names
-another, ``=session`` makes a fresh one for the run (deleted after it).
+``<root>/<key>``, the root ``build/test-compile-cache`` unless
+``TRCOMP_TEST_COMPILE_CACHE_ROOT`` names another (.ci/run keeps one outside
+the clone, so a run whose key an earlier run on the machine had starts warm);
+``TRCOMP_TEST_COMPILE_CACHE=session`` makes a fresh one for the run (deleted
+after it), ``=<dir>`` uses that directory as it is.
 
 Tests that test a cold compile or the job's own cache are marked
 ``cold_compile`` and keep their own empty directories.
@@ -32,6 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 ROOT = REPO / "build" / "test-compile-cache"
 ENV = "TRCOMP_TEST_COMPILE_CACHE"
+ROOT_ENV = "TRCOMP_TEST_COMPILE_CACHE_ROOT"
 # trcomp code that runs inside a compiling job and can change what it compiles.
 KEYED = [REPO / "container" / "trcomp_container", REPO / "sdk" / "trcomp" / "runtime"]
 
@@ -62,11 +66,12 @@ def configure() -> Path | None:
         made = Path(tempfile.mkdtemp(prefix="trcomp-compile-cache-"))
         os.environ[ENV] = str(made)
         return made
-    target = ROOT / key()
+    root = Path(os.environ.get(ROOT_ENV) or ROOT)
+    target = root / key()
     # One directory per torch version: make test-214 may run beside make test (.ci/run).
     prefix = target.name.rsplit("-", 1)[0] + "-"
-    if ROOT.exists():
-        for old in ROOT.iterdir():
+    if root.exists():
+        for old in root.iterdir():
             if old != target and old.name.startswith(prefix):
                 shutil.rmtree(old, ignore_errors=True)
     target.mkdir(parents=True, exist_ok=True)

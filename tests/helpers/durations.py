@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "build" / "test-durations.json"
 FULL = ROOT / "build" / "test-durations-full.json"
 ENV = "TRCOMP_TEST_DURATIONS"
+MARKS = "trcomp_marks"
+NOTED = frozenset({"slow", "cold_compile", "container", "upstream"})
 
 
 def _commit() -> str:
@@ -66,6 +68,7 @@ class DurationRecorder:
         self.config = config
         self.path = path
         self.started = time.time()
+        self.commit = _commit()  # at the start: the tree the tests ran on
         self.tests: dict[str, dict[str, Any]] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -86,8 +89,7 @@ class DurationRecorder:
             entry["outcome"] = "failed" if report.when == "call" else f"error ({report.when})"
         elif report.skipped and entry["outcome"] == "passed":
             entry["outcome"] = "skipped"
-        keywords = getattr(report, "keywords", {}) or {}
-        marks = sorted(k for k in ("slow", "cold_compile", "container") if k in keywords)
+        marks = dict(report.user_properties).get(MARKS)
         if marks:
             entry["marks"] = marks
 
@@ -99,7 +101,7 @@ class DurationRecorder:
                 t.pop("worker", None)
         numprocesses = getattr(self.config.option, "numprocesses", None)
         record = {
-            "commit": _commit(),
+            "commit": self.commit,
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
             "args": list(self.config.invocation_params.args),
             "markexpr": self.config.option.markexpr,
@@ -137,10 +139,23 @@ def _is_full_run(config: pytest.Config) -> bool:
     return not narrowed and not paths and config.option.markexpr == default_marks
 
 
+class MarkNoter:
+    """Puts each test's markers (of :data:`NOTED`) into its reports, which xdist sends on."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        marks = sorted({m.name for m in item.iter_markers() if m.name in NOTED})
+        if marks:
+            item.user_properties.append((MARKS, marks))
+
+
 def register(config: pytest.Config) -> None:
-    """Called from tests/conftest.py's pytest_configure."""
+    """Called from tests/conftest.py's pytest_configure (controller and workers)."""
     setting = os.environ.get(ENV, "")
-    if setting == "off" or hasattr(config, "workerinput"):
+    if setting == "off":
+        return
+    config.pluginmanager.register(MarkNoter(), "trcomp-durations-marks")
+    if hasattr(config, "workerinput"):
         return
     path = Path(setting) if setting else DEFAULT
     config.pluginmanager.register(DurationRecorder(config, path), "trcomp-durations")
