@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 
-.PHONY: install install-214 install-v3 test-v3 test-214 demo test test-fast test-upstream test-sdk-lowest lint image base-image docker-engine test-container bench bench-warmstart bench-distributed gpu-check docs clean
+.PHONY: install install-214 install-v3 test-v3 test-214 demo test timings timings-save corpus-off test-fast test-upstream test-sdk-lowest lint image base-image docker-engine test-container bench bench-warmstart bench-distributed gpu-check docs clean
 
 install: $(VENV)/.installed
 
@@ -62,8 +62,32 @@ demo: install
 # Two pytest workers (pytest-xdist): most tests wait on child processes (torch
 # imports, compiles, the toolkit), so two share two cores well. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
+# Every run writes its per-test durations to build/test-durations.json (and a whole
+# `make test` also to build/test-durations-full.json): tests/helpers/durations.py.
 test: install
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
+
+# The slowest tests, files and directories of the last run (DURATIONS=<file> another;
+# DURATIONS_ARGS="--compare <file>" the per-file change between two runs).
+DURATIONS ?= build/test-durations.json
+DURATIONS_ARGS ?=
+timings:
+	$(PY) -m tests.helpers.durations $(DURATIONS) $(DURATIONS_ARGS)
+
+# Keep the last whole `make test`'s durations (with its commit) in docs/timings/ and
+# regenerate docs/timings.md's table of them; commit both.
+timings-save:
+	test -f build/test-durations-full.json || { echo "no whole make test run yet"; exit 1; }
+	cp build/test-durations-full.json docs/timings/make-test-durations.json
+	$(PY) -m trcomp_bench.doctables
+	$(PY) -m tests.helpers.durations docs/timings/make-test-durations.json -n 15
+
+# The corpus's stored compiler-off results (tests/container/corpus_off/, per torch
+# version): every script, or CORPUS_OFF="a.py b.py" only those. Run after adding or
+# editing a corpus script and commit the file (tests/helpers/corpus_off.py).
+CORPUS_OFF ?=
+corpus-off: install
+	$(PY) -m tests.helpers.corpus_off $(CORPUS_OFF)
 
 # The tests that pin torch's behaviour, on the second torch (2.14, $(VENV_214), made by
 # `make install-214`; `make test` runs them all on 2.9). Two parts:

@@ -11,23 +11,32 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import compile_cache, durations
+
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
 
 # tests/helpers/cxx/g++: inductor's CPU kernel builds, cached across the session's jobs.
 CXX_WRAPPERS = Path(__file__).resolve().parent / "helpers" / "cxx"
 CXX_CACHE_ENV = "CXX_CACHE_DIR_FOR_TESTS"
 _CXX_CACHE = pytest.StashKey[Path]()
+_COMPILE_CACHE = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Put the kernel-build cache first on PATH for every job the tests start.
+    """Record per-test durations, choose the warm compile cache
+    (tests/helpers/compile_cache.py), and put the kernel-build cache first on PATH
+    for every job.
 
     Each test job compiles with its own empty compile cache, so inductor builds
     the same kernels again and again; the wrapper runs the real g++ once per
     distinct build in the session (see its docstring for what a build's key holds).
     ``TRCOMP_TEST_CXX_CACHE=off`` builds everything for real. xdist workers inherit
-    the controller's setting.
+    the controller's setting. Durations: tests/helpers/durations.py.
     """
+    durations.register(config)
+    made = compile_cache.configure()
+    if made is not None:
+        config.stash[_COMPILE_CACHE] = made
     if os.environ.get("TRCOMP_TEST_CXX_CACHE") == "off" or CXX_CACHE_ENV in os.environ:
         return
     cache = Path(tempfile.mkdtemp(prefix="trcomp-cxx-cache-"))
@@ -51,9 +60,17 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    cache = config.stash.get(_CXX_CACHE, None)
-    if cache is not None:
-        shutil.rmtree(cache, ignore_errors=True)
+    for key in (_CXX_CACHE, _COMPILE_CACHE):
+        cache = config.stash.get(key, None)
+        if cache is not None:
+            shutil.rmtree(cache, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def warm_compile_cache() -> Path:
+    """The session's shared inductor cache (``TORCHINDUCTOR_CACHE_DIR`` for a job that
+    needs a compiled model, not a cold compile): tests/helpers/compile_cache.py."""
+    return compile_cache.directory()
 
 
 ROLE = "arn:aws:iam::111122223333:role/SageMakerRole"

@@ -14,6 +14,9 @@ tool whose writer turns it into markdown:
 - ``warmstart``: the warm-start run per torch version (``python -m
   trcomp_bench.warmstart --json``), rendered by
   :func:`trcomp_bench.warmstart.markdown_table`;
+- ``durations``: the per-test durations of a whole ``make test`` (written by the
+  tests' plugin, tests/helpers/durations.py, kept by ``make timings-save``),
+  rendered by :func:`_durations` as seconds per test directory;
 - ``recorded``: numbers measured before their tool kept JSON (command timings,
   runs whose raw rows were not kept): an object with ``measured`` (the date),
   ``source`` (how and where it was measured, the commit that first recorded
@@ -99,9 +102,35 @@ def _ci(path: Path) -> str:
     return table(["stage", "starts at", "took"], rows)
 
 
+def _durations(path: Path) -> str:
+    """A ``make test`` run's test-seconds per directory (two levels), slowest first."""
+    data: dict[str, Any] = json.loads(path.read_text())
+    groups: dict[str, list[float]] = {}
+    for test in data["tests"]:
+        parts = test["nodeid"].split("::")[0].split("/")
+        groups.setdefault("/".join(parts[: min(2, len(parts) - 1)]) + "/", []).append(
+            float(test["seconds"])
+        )
+    total = sum(sum(v) for v in groups.values()) or 1.0
+    rows = [
+        [name, str(len(secs)), f"{sum(secs):.0f} s", f"{100 * sum(secs) / total:.0f}%"]
+        for name, secs in sorted(groups.items(), key=lambda kv: -sum(kv[1]))
+    ]
+    rows.append(
+        [
+            f"all ({data['workers']} workers; commit {data['commit']}, {data['date']})",
+            str(data["count"]),
+            f"{total:.0f} s (wall {data['wall_s']:.0f} s)",
+            "100%",
+        ]
+    )
+    return table(["tests under", "tests", "test-seconds", "share"], rows)
+
+
 KINDS: dict[str, Callable[[Path], str]] = {
     "bench": _bench,
     "ci": _ci,
+    "durations": _durations,
     "launch": _launch,
     "recorded": _recorded,
     "speedup_jobs": _speedup_jobs,

@@ -52,6 +52,7 @@ def test_register_mounts_bench_on_a_parent_parser() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.cold_compile
 def test_bench_a_user_model_eager_against_inductor_cold_warm_and_shared(
     tmp_path: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -166,6 +167,7 @@ def gpu_script_gpt2(tmp_path_factory: pytest.TempPathFactory) -> GpuScriptRun:
 
 
 @pytest.mark.slow
+@pytest.mark.cold_compile
 def test_gpu_script_runs_the_jax_engine_cold_then_warm(gpu_script_gpt2: GpuScriptRun) -> None:
     if not gpu_script_gpt2.jax:
         pytest.skip("torchax is not installed")

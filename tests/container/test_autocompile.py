@@ -3,7 +3,8 @@
 The script (tests/container/scripts/plain_loop.py) imports neither trcomp nor
 calls torch.compile. Every case of what the start-up hook must compile, leave
 alone, or report, runs as its own job; the inductor jobs of this module share
-one FX graph cache so that only the first compile of each graph is cold.
+the session's warm compile cache (tests/helpers/compile_cache.py), so only the
+first compile of each graph with a key is cold.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ STEPS = 20
 
 
 @pytest.fixture(scope="module")
-def graph_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("fx-cache")
+def graph_cache(warm_compile_cache: Path) -> Path:
+    """The session's warm cache: no test here tests a cold compile."""
+    return warm_compile_cache
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,20 @@
 """Do no harm: every corpus script trains the same under the default switch as with it off.
 
 Each script in tests/container/corpus/ is a pattern users write (its docstring
-says which). It runs twice as a child process, in the environment the
-container builds (``build_environment``, so the real start-up hook): with the
-compiler off, and under the default ``TrainingCompilerConfig()`` resolved for
-this CPU host (inductor). Then:
+says which). It runs as a child process, in the environment the
+container builds (``build_environment``, so the real start-up hook), under the
+default ``TrainingCompilerConfig()`` resolved for this CPU host (inductor), and
+is held against its run with the compiler off. The off run is plain eager
+PyTorch, so it is stored (tests/container/corpus_off/, made by ``make
+corpus-off``, :mod:`tests.helpers.corpus_off`) and used while the script, its
+helper and the torch, Python and transformers versions are the ones it was made
+with; otherwise (a new or edited script, another torch) it runs live as well.
+``test_the_stored_compiler_off_results_are_current`` fails on a stale entry,
+and the process-mode job's script runs off live too and must match its stored
+result. Then:
 
-- both exit 0 (the off run proves the script itself is correct);
+- both exit 0 (the off run proves the script itself is correct; a stored one
+  was stored only after it exited 0);
 - the per-step losses and the script's other checked values (eval losses,
   reloaded outputs, running statistics) agree within :data:`FP32_TOLERANCE`,
   or the script's entry in :data:`TOLERANCE` (bf16);
@@ -16,9 +24,9 @@ this CPU host (inductor). Then:
   and its ``speedup`` decision (:func:`untruths`).
 
 A handful also run as real process-mode jobs through ``trcomp.PyTorch``.
-Every run shares one inductor cache per session (cold on the session's first
-run of each graph); set ``TORCHINDUCTOR_CACHE_DIR`` to keep one between
-sessions while editing. The table of results (pattern, loss difference, what
+Every run uses the session's warm inductor cache (tests/helpers/compile_cache.py:
+both pytest-xdist workers, and later runs while its key holds); set
+``TORCHINDUCTOR_CACHE_DIR`` to use another. The table of results (pattern, loss difference, what
 was compiled, what was kept) is written to ``$TRCOMP_CORPUS_TABLE``, default
 ``corpus-table.md`` in pytest's base temp dir, for a closing note.
 """
@@ -41,7 +49,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import jobs
+from tests.helpers import corpus_off, jobs
 from tests.helpers.records import RANKS, compilations, read_records, records_in_members
 from trcomp import TrainingCompilerConfig
 from trcomp_container.backends import resolve_backend, resolve_engine
@@ -53,6 +61,7 @@ pytestmark = pytest.mark.slow
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 SCRIPTS = sorted(p.name for p in CORPUS.glob("*.py") if p.name != "corpus_report.py")
+ALL_SCRIPTS = list(SCRIPTS)
 # TRCOMP_CORPUS_SCRIPTS="a.py,b.py": only these (make test-214 runs a part of the corpus
 # on the second torch within CI's budget; `make test-214 CORPUS_214=all` runs it all).
 _CHOSEN = [name.strip() for name in os.environ.get("TRCOMP_CORPUS_SCRIPTS", "").split(",")]
@@ -180,6 +189,7 @@ class Run:
     wall_s: float
     report: dict[str, Any] | None
     records: list[dict[str, Any]] = field(default_factory=list)
+    stored: bool = False  # the compiler-off result of tests/container/corpus_off
 
 
 def pattern(script: str) -> str:
@@ -239,24 +249,31 @@ def finish(started: Any) -> Run:
 
 
 @pytest.fixture(scope="session")
-def inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def inductor_cache(warm_compile_cache: Path) -> Path:
     kept = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    return Path(kept) if kept else tmp_path_factory.mktemp("corpus-inductor-cache")
+    return Path(kept) if kept else warm_compile_cache
 
 
 @pytest.fixture(scope="session")
 def corpus_runs(tmp_path_factory: pytest.TempPathFactory, inductor_cache: Path):
     """``runs(script, *configs)``: one run per config (default: off, then default), started
-    at once; each (script, config) runs once per session."""
+    at once; each (script, config) runs once per session. ``off`` is the stored result
+    when it still matches (:func:`tests.helpers.corpus_off.usable`), else a live run;
+    ``off-live`` is always a live run."""
     done: dict[tuple[str, str], Run] = {}
+    stored = corpus_off.load()
 
     def runs(script: str, *configs: str) -> list[Run]:
         wanted = [c for c in configs or ("off", "default") if (script, c) not in done]
+        kept = corpus_off.usable(script, stored) if "off" in wanted else None
+        if kept is not None:
+            done[script, "off"] = Run(0, "", stored[script]["wall_s"], kept, stored=True)
+            wanted.remove("off")
         started = {
             name: start(
                 tmp_path_factory.mktemp(f"{script.removesuffix('.py')}-{name}"),
                 script,
-                OFF if name == "off" else DEFAULT,
+                DEFAULT if name == "default" else OFF,
                 inductor_cache,
             )
             for name in wanted
@@ -412,7 +429,9 @@ def test_the_default_switch_trains_the_script_as_the_compiler_off_does(
 ) -> None:
     off, default = corpus_runs(script)
     row = table.setdefault(script, {"script": script, "pattern": pattern(script)})
-    row["s (off/default)"] = f"{off.wall_s:.0f}/{default.wall_s:.0f}"
+    row["s (off/default)"] = (
+        f"{off.wall_s:.0f}{' stored' if off.stored else ''}/{default.wall_s:.0f}"
+    )
     row["result"] = "FAIL"
     assert off.returncode == 0 and off.report, f"the script fails eager:\n{tail(off)}"
     if default.returncode != 0 or default.report is None:
@@ -459,8 +478,14 @@ def test_a_real_process_mode_job_trains_as_the_compiler_off_run(
 ) -> None:
     from trcomp import PyTorch  # the SDK: sagemaker is imported only here
 
-    (off,) = corpus_runs(script, "off")
+    # Live, not stored: the stored result is checked against it below.
+    (off,) = corpus_runs(script, "off-live")
     assert off.returncode == 0 and off.report, tail(off)
+    kept = corpus_off.usable(script, corpus_off.load())
+    if kept is not None:
+        assert max_diff(off.report, kept) <= FP32_TOLERANCE, (
+            f"{script}: a live off run no longer matches its stored result: make corpus-off"
+        )
     name = script.removesuffix(".py").replace("_", "-")
     estimator = PyTorch(
         entry_point=script,
@@ -491,3 +516,18 @@ def test_a_real_process_mode_job_trains_as_the_compiler_off_run(
         problems.insert(0, f"losses differ by {diff:.2e}: " + first_drift(
             off.report, report, FP32_TOLERANCE))  # fmt: skip
     assert not problems, "\n".join(problems)
+
+
+# -- the stored compiler-off results ---------------------------------------------------
+
+
+def test_the_stored_compiler_off_results_are_current() -> None:
+    """Every corpus script has a stored off result made from its current text."""
+    entries = corpus_off.load()
+    if not entries:
+        pytest.skip(
+            f"no stored off results for torch {corpus_off.torch_version()}: "
+            "every off run is live (make corpus-off stores them)"
+        )
+    problems = corpus_off.stale(ALL_SCRIPTS, entries)
+    assert not problems, "run `make corpus-off` and commit the file:\n" + "\n".join(problems)

@@ -58,6 +58,7 @@ def test_every_backend_trains_to_the_same_loss_and_saves(loop_runs):
     assert losses["inductor"] == pytest.approx(losses["eager"], abs=1e-4)
 
 
+@pytest.mark.cold_compile  # cache_warm False: a fresh checkpoints directory
 @pytest.mark.parametrize("name", [pytest.param("xla", marks=needs_torch_xla), "inductor"])
 def test_compiled_runs_report_the_compiler_metrics(loop_runs, name):
     run = loop_runs[name]
@@ -101,6 +102,7 @@ def test_xla_debug_dumps_land_in_the_compiler_directory(loop_runs):
     assert any((compiler / "xla_dump").iterdir())
 
 
+@pytest.mark.cold_compile  # the first job misses, the second hits
 def test_warm_job_hits_inductors_cache(loop_runs, tmp_path, record_property):
     """A second job restoring the same checkpoints (checkpoint_s3_uri) starts warm."""
     cold = loop_runs["inductor"]

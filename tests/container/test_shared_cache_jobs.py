@@ -27,7 +27,8 @@ from trcomp_container.caching.compat import compat_set
 from trcomp_container.caching.shared import open_shared_cache
 from trcomp_container.failures import ExitCode
 
-pytestmark = pytest.mark.slow
+# Cold compiles and the shared cache are what these jobs test: their own empty caches.
+pytestmark = [pytest.mark.slow, pytest.mark.cold_compile]
 
 LOOP_HPS = {"steps": 8}
 # Generous: the 2-core test machine may be busy; the budget itself is tested with a hung store.

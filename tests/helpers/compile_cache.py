@@ -1,0 +1,84 @@
+"""One warm inductor compile cache for the test jobs that do not test a cold compile.
+
+Most test jobs compile the same few graphs (the loop, the corpus scripts); only a
+few test what a cold compile or the job's own cache does. The jobs that only
+need *a* compiled model point ``TORCHINDUCTOR_CACHE_DIR`` at this directory
+(fixture ``warm_compile_cache`` in tests/conftest.py), so each graph is compiled
+once per key and loaded after that, by both pytest-xdist workers and, while the
+key holds, by later runs on the same checkout.
+
+The key (:func:`key`) is what changes compiled output beyond what inductor's own
+cache key already holds (the FX graph, inductor's config, torch's version): the
+torch and Python versions and the text of trcomp's container package and
+runtime, whose start-up hook patches how inductor compiles. A new key gets a
+new, empty directory (older ones of the same torch version are removed). The directory is
+``<root>/<key>``, the root ``build/test-compile-cache`` unless
+``TRCOMP_TEST_COMPILE_CACHE_ROOT`` names another (.ci/run keeps one outside
+the clone, so a run whose key an earlier run on the machine had starts warm);
+``TRCOMP_TEST_COMPILE_CACHE=session`` makes a fresh one for the run (deleted
+after it), ``=<dir>`` uses that directory as it is.
+
+Tests that test a cold compile or the job's own cache are marked
+``cold_compile`` and keep their own empty directories.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ROOT = REPO / "build" / "test-compile-cache"
+ENV = "TRCOMP_TEST_COMPILE_CACHE"
+ROOT_ENV = "TRCOMP_TEST_COMPILE_CACHE_ROOT"
+# trcomp code that runs inside a compiling job and can change what it compiles.
+KEYED = [REPO / "container" / "trcomp_container", REPO / "sdk" / "trcomp" / "runtime"]
+
+
+def key() -> str:
+    digest = hashlib.sha256()
+    try:
+        torch = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch = "none"
+    digest.update(f"torch {torch}\npython {sys.version}\n".encode())
+    for root in KEYED:
+        for path in sorted(root.rglob("*.py")):
+            digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return f"torch-{torch.split('+')[0]}-{digest.hexdigest()[:16]}"
+
+
+def configure() -> Path | None:
+    """In the controller: choose the directory and export it for the workers.
+
+    Returns a directory to delete when the session ends (``=session``), else None.
+    """
+    setting = os.environ.get(ENV, "")
+    if setting and setting != "session":
+        Path(setting).mkdir(parents=True, exist_ok=True)
+        return None
+    if setting == "session":
+        made = Path(tempfile.mkdtemp(prefix="trcomp-compile-cache-"))
+        os.environ[ENV] = str(made)
+        return made
+    root = Path(os.environ.get(ROOT_ENV) or ROOT)
+    target = root / key()
+    # One directory per torch version: make test-214 may run beside make test (.ci/run).
+    prefix = target.name.rsplit("-", 1)[0] + "-"
+    if root.exists():
+        for old in root.iterdir():
+            if old != target and old.name.startswith(prefix):
+                shutil.rmtree(old, ignore_errors=True)
+    target.mkdir(parents=True, exist_ok=True)
+    os.environ[ENV] = str(target)
+    return None
+
+
+def directory() -> Path:
+    """The warm cache of this session (set by :func:`configure` in the controller)."""
+    return Path(os.environ[ENV])
