@@ -355,6 +355,11 @@ class Switch:
         measurement = self.probe.measurement
         if self.decision is None and self._rounds and not self.probe.done:
             self.decision = self._ended_while_noisy()
+            # Kept for the lineage's next job as any decision is (it is measured again
+            # after REMEASURE_AFTER uses): on a busy machine every job may end so.
+            if self.store is not None and self._key and self.settings.rank == 0:
+                with contextlib.suppress(OSError):
+                    self.store.save(self._key, self.decision)
         report: dict[str, Any] = {
             "decision": self.decision.as_dict() if self.decision else None,
             "compiled_steps": measurement.compiled_steps,
