@@ -13,14 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from trcomp.runtime.regions import RegionalCall
 from trcomp_container.inprocess.aot import AotCall
-from trcomp_container.inprocess.verify import Verdict, autocast_dtype
+from trcomp_container.inprocess.verify import Verdict
 
 __all__ = [
     "CODE_NAME",
     "REASON_CHARS",
     "CompiledModule",
     "LimitLog",
-    "call_signature",
     "trained",
     "went_through_compiled",
 ]
@@ -32,8 +31,6 @@ _LIMIT_LOG = re.compile(
     r"hit config\.(\w+) \((\d+)\).*?function: '([^']+)' \(([^)]*)\).*?last reason: (.*?)\n",
     re.S,
 )
-MAX_SIGNATURES = 256
-"""Call signatures kept per module; calls after that are not looked at for new graphs."""
 LIMIT_LOGGER = "torch._dynamo.convert_frame"
 """The logger whose "hit config.recompile_limit" warnings name the frame that hit it."""
 
@@ -88,8 +85,6 @@ class CompiledModule:
     """Backwards with ``create_graph=True`` through its compiled graphs, recomputed eagerly."""
     verified: bool | None = None
     """True: compiled matched eager; False: it did not (``failed`` says how); None: not yet."""
-    signatures: set[tuple[Any, ...]] = field(default_factory=set, repr=False)
-    """What its calls looked like to dynamo (:func:`call_signature`), for new graphs."""
     rechecks: int = 0
     """New graphs checked after its first check (a new input shape, mode or grad mode)."""
     unchecked_graphs: int = 0
@@ -243,31 +238,6 @@ def went_through_compiled(output: Any, node_name: str, most: int = 20000) -> boo
 def trained(module: Any) -> tuple[bool, ...]:
     """Which of the module's parameters require gradients (compared at each call)."""
     return tuple(param.requires_grad for param in module.parameters())
-
-
-def call_signature(torch: Any, module: Any, args: Any, kwargs: Any) -> tuple[Any, ...]:
-    """Roughly what dynamo's guards look at in a call: the module's mode, grad mode,
-    autocast, and each argument's shape, dtype, device and requires_grad (the value of a
-    plain constant). A call unlike any before may compile a new graph."""
-    return (
-        module.training,
-        torch.is_grad_enabled(),
-        autocast_dtype(torch),
-        _describe(args),
-        _describe(kwargs),
-    )
-
-
-def _describe(value: Any, depth: int = 0) -> Any:
-    if hasattr(value, "shape") and hasattr(value, "dtype"):
-        return (tuple(value.shape), value.dtype, value.device, value.requires_grad)
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if depth < 4 and isinstance(value, (list, tuple)):
-        return tuple(_describe(item, depth + 1) for item in value)
-    if depth < 4 and isinstance(value, dict):
-        return tuple((key, _describe(item, depth + 1)) for key, item in value.items())
-    return type(value).__name__
 
 
 if TYPE_CHECKING:

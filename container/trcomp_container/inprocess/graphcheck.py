@@ -46,6 +46,7 @@ from trcomp_container.inprocess.verify import (
     Verdict,
     autocast_dtype,
     compare_sides,
+    is_tensor,
     put_rng,
     rng_state,
     short,
@@ -90,7 +91,6 @@ class CheckedBackend:
     def __init__(self, owner: AutoCompile, inner: Callable[..., Any]) -> None:
         self.owner = owner
         self.inner = inner
-        self.regions: list[Region] = []
 
     def __call__(self, gm: Any, example_inputs: list[Any]) -> Callable[..., Any]:
         # Inductor's passes rewrite the graph module in place: eager runs a copy of the
@@ -99,9 +99,7 @@ class CheckedBackend:
         eager = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
         facts = _facts(gm)
         compiled = self.inner(gm, example_inputs)
-        region = Region(self.owner, eager, compiled, facts, self.owner.running)
-        self.regions.append(region)
-        return region
+        return Region(self.owner, eager, compiled, facts, self.owner.running)
 
 
 @dataclass(frozen=True)
@@ -164,8 +162,6 @@ class Region:
         """What its check found; the graph runs eager from then on."""
         self.mutated: set[int] = set()
         """Positions of inputs a call changed in place (seen by the check)."""
-        self.double_backwards = 0
-        """Backwards through it with ``create_graph=True``, recomputed eagerly."""
         self.protect: list[int] = []
         """Positions of inputs passed to the compiled graph as copies (:meth:`_check`)."""
         self.wrap: bool | None = None
@@ -174,7 +170,6 @@ class Region:
 
     def on_double_backward(self) -> None:
         """A backward with ``create_graph=True`` went through it (:mod:`.regionfn`)."""
-        self.double_backwards += 1
         entry = self.entry or self.owner.sole_entry
         if entry is not None:
             self.owner.double_backward(entry)
@@ -297,7 +292,7 @@ class Region:
         storages = {
             _storage(arg): index
             for index, arg in enumerate(copies)
-            if _is_tensor(arg) and not isinstance(args[index], torch.nn.Parameter)
+            if is_tensor(arg) and not isinstance(args[index], torch.nn.Parameter)
         }
         kept: set[int] = set()
 
@@ -310,7 +305,7 @@ class Region:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             out = run(*copies)
         flat = list(tensors(out))
-        wanted = [arg for arg in copies if _is_tensor(arg) and arg.requires_grad]
+        wanted = [arg for arg in copies if is_tensor(arg) and arg.requires_grad]
         grads = vjp(torch, flat, wanted)
         # Changed in place: a new version, or other values than the input's (a kernel such
         # as batch_norm's writes its running statistics without a new version).
@@ -332,7 +327,7 @@ class Region:
 
     def _copy(self, torch: Any, arg: Any) -> Any:
         """A copy of one input for the check: a tensor the script never sees changed."""
-        if not _is_tensor(arg):
+        if not is_tensor(arg):
             return arg
         keep = isinstance(arg, torch.nn.Parameter) and not self.facts.in_place
         if keep:
@@ -373,7 +368,3 @@ def _storage(tensor: Any) -> int:
         return int(tensor.untyped_storage().data_ptr())
     except (RuntimeError, NotImplementedError):  # a tensor without storage (a subclass)
         return id(tensor)
-
-
-def _is_tensor(value: Any) -> bool:
-    return hasattr(value, "detach") and hasattr(value, "shape") and hasattr(value, "_version")

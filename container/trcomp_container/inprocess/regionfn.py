@@ -29,7 +29,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from trcomp_container.inprocess import torch_compat
-from trcomp_container.inprocess.verify import put_rng, rng_state
+from trcomp_container.inprocess.verify import is_tensor, put_rng, rng_state
 
 if TYPE_CHECKING:
     from trcomp_container.inprocess.graphcheck import Region
@@ -53,16 +53,12 @@ def run_region(torch: Any, region: Region, args: tuple[Any, ...], *, checking: b
         return _node(torch).apply(region, *args)
     if region.wrap is None:
         region.wrap = torch.is_grad_enabled() and any(
-            _is_tensor(arg) and arg.requires_grad and not isinstance(arg, torch.nn.Parameter)
+            is_tensor(arg) and arg.requires_grad and not isinstance(arg, torch.nn.Parameter)
             for arg in args
         )
     if not region.wrap:
         return region.compiled(*args)
     return _node(torch).apply(region, *args)
-
-
-def _is_tensor(value: Any) -> bool:
-    return hasattr(value, "detach") and hasattr(value, "shape") and hasattr(value, "_version")
 
 
 @functools.cache
@@ -73,7 +69,7 @@ def _node(torch: Any) -> Any:
         @staticmethod
         def forward(ctx: Any, region: Region, *args: Any) -> Any:
             leaves = tuple(
-                arg.detach().requires_grad_(arg.requires_grad) if _is_tensor(arg) else arg
+                arg.detach().requires_grad_(arg.requires_grad) if is_tensor(arg) else arg
                 for arg in args
             )
             ctx.region, ctx.args, ctx.leaves = region, args, leaves
@@ -84,22 +80,22 @@ def _node(torch: Any) -> Any:
             ctx.before = {
                 index: args[index].detach().clone()
                 for index in region.mutated
-                if index < len(args) and _is_tensor(args[index])
+                if index < len(args) and is_tensor(args[index])
             }
             with torch.enable_grad():
                 outs = region.compiled(*leaves)
             outputs = tuple(outs)
             trained = [
-                index for index, out in enumerate(outputs) if _is_tensor(out) and out.requires_grad
+                index for index, out in enumerate(outputs) if is_tensor(out) and out.requires_grad
             ]
             ctx.positions = trained
             ctx.save_for_backward(*(outputs[index] for index in trained))
-            results = tuple(out.detach() if _is_tensor(out) else out for out in outputs)
+            results = tuple(out.detach() if is_tensor(out) else out for out in outputs)
             ctx.mark_non_differentiable(
                 *(
                     result
                     for index, result in enumerate(results)
-                    if _is_tensor(result) and index not in trained
+                    if is_tensor(result) and index not in trained
                 )
             )
             return results
@@ -109,7 +105,7 @@ def _node(torch: Any) -> Any:
             wanted = [
                 index
                 for index, leaf in enumerate(ctx.leaves)
-                if _is_tensor(leaf) and leaf.requires_grad
+                if is_tensor(leaf) and leaf.requires_grad
             ]
             upstream = [grads[index] for index in ctx.positions]
             if torch.is_grad_enabled():  # only under create_graph=True

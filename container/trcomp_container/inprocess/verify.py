@@ -37,6 +37,7 @@ __all__ = [
     "agree_verdicts",
     "autocast_dtype",
     "compare_sides",
+    "is_tensor",
     "put_back",
     "put_rng",
     "rng_state",
@@ -211,9 +212,14 @@ def autocast_dtype(torch: Any) -> str | None:
     return None
 
 
+def is_tensor(value: Any) -> bool:
+    """Whether ``value`` is a tensor (torch is not imported here: what it has, not its type)."""
+    return hasattr(value, "detach") and hasattr(value, "shape") and hasattr(value, "_version")
+
+
 def tensors(value: Any, depth: int = 0) -> Iterator[Any]:
     """The tensors in an output: a tensor, or lists, tuples, dicts and dataclasses of them."""
-    if hasattr(value, "detach") and hasattr(value, "shape"):
+    if is_tensor(value):
         yield value
     elif depth < 6 and isinstance(value, (list, tuple)):
         for item in value:
