@@ -337,8 +337,11 @@ class AutoCompile:
         self._census = None
         for entry in entries:
             module = self.module_of(entry)
-            if module is not None:
-                entry.loop = loop_reason(module, census)
+            reason = None if module is None else loop_reason(module, census)
+            if reason is not None and entry.failed is None:
+                # Never traced: its next call runs eager (guarded_call reads `failed`).
+                entry.failed = f"verification: {reason}"[:REASON_CHARS]
+                entry.verified, entry.checking = False, False
 
     def _stop(self, message: str) -> None:
         self.error = f"the zero-code hook stopped, modules not yet compiled stay eager: {message}"[

@@ -52,10 +52,6 @@ def guarded_call(
 
     def call(*args: Any, **kwargs: Any) -> Any:
         nonlocal compiled, grads
-        if entry.loop is not None and entry.failed is None:
-            # Seen in its first (eager) call: never traced, never compiled.
-            entry.failed = f"verification: {entry.loop}"[:REASON_CHARS]
-            entry.verified, entry.checking = False, False
         # torch.jit.trace of the model (an export after training) records eager ops.
         if entry.failed is not None or owner.mode.hook_eager or torch.jit.is_tracing():
             return entry.run_eager(module, *args, **kwargs)

@@ -77,8 +77,6 @@ class CompiledModule:
     verify_compile_s: float = 0.0
     """Seconds of compiling inside the checks (backward graphs compiled at the check's
     backward: the compile the script's first backward would otherwise have paid)."""
-    loop: str | None = None
-    """Why compiling would unroll a long loop, counted in its first (eager) call."""
     unchecked_reason: str | None = None
     """Why a graph of it ran unchecked, when one did (a graph that runs collectives)."""
     double_backwards: int = 0
