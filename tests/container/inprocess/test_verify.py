@@ -13,7 +13,7 @@ import dataclasses
 
 import pytest
 
-from trcomp_container.inprocess import autocompile, torch_compat
+from trcomp_container.inprocess import autocompile, torch_compat, verify
 from trcomp_container.inprocess.unrolled import MAX_REPEATS, Census, loop_reason
 
 torch = pytest.importorskip("torch")
@@ -394,3 +394,16 @@ def test_a_model_compiled_through_trcomp_runtime_is_checked_too(runtime_compile)
     assert wrong == pytest.approx(eager, abs=1e-6)
     assert good.verified is True and good.ran_compiled and good.verified_calls == 1
     assert right == pytest.approx(train(Net), abs=1e-5)
+
+
+def test_a_copy_for_the_compiled_graph_keeps_the_strides_it_asserts():
+    """Inductor pads its outputs' rows on GPUs (GPT-2's logits: 50,257 wide, rows of
+    50,264); the next graph is compiled for those strides and asserts them, so the check's
+    copies and the protected inputs keep them (``clone()`` made them contiguous: the H200
+    run of GPT-2 under the hook failed so, docs/benchmarks.md)."""
+    padded = torch.randn(4, 3, 72)[:, :, :67]  # rows of 72, 67 used
+    assert not padded.is_contiguous()
+    copied = verify.strided_copy(torch, padded)
+    assert copied.stride() == padded.stride() and torch.equal(copied, padded)
+    assert copied.data_ptr() != padded.data_ptr()
+    assert padded.clone().stride() != padded.stride()  # what the copy was before
