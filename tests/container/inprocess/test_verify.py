@@ -152,9 +152,12 @@ def test_double_backward_through_the_module_gets_eagers_gradients_then_runs_eage
     assert losses == pytest.approx(eager, abs=1e-6)
 
 
-def test_a_double_backward_that_starts_after_the_check_does_not_fail_the_step():
+@pytest.mark.parametrize("through", ["input", "parameters"])
+def test_a_double_backward_that_starts_after_the_check_does_not_fail_the_step(through):
     """A gradient penalty from step 6 (after the check verified the module): torch's compiled
-    backward cannot build its graph, so the step recomputes the module eagerly."""
+    backward cannot build its graph, so the step recomputes the module eagerly. Through the
+    input (WGAN-GP: the call runs in regionfn's node) or the parameters alone (a gradient
+    norm penalty: the call's compiled node gets regionfn's hook; torch's error on 7205ae0)."""
     torch.manual_seed(0)
     batches = [torch.randn(6, 4) for _ in range(8)]
 
@@ -164,11 +167,12 @@ def test_a_double_backward_that_starts_after_the_check_does_not_fail_the_step():
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         losses = []
         for step, x in enumerate(batches):
-            point = x.clone().requires_grad_(True)
+            point = x.clone().requires_grad_(through == "input")
             loss = model(point).pow(2).mean()
             if step >= 5:
-                (grad,) = torch.autograd.grad(loss, point, create_graph=True)
-                loss = loss + grad.pow(2).sum()
+                wrt = [point] if through == "input" else list(model.parameters())
+                grads = torch.autograd.grad(loss, wrt, create_graph=True)
+                loss = loss + sum(grad.pow(2).sum() for grad in grads)
             loss.backward()
             opt.step()
             opt.zero_grad()
