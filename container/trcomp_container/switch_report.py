@@ -194,7 +194,7 @@ def ranks_text(records: Sequence[RankRecord]) -> str | None:
         hits, misses = (cache.fxgraph_hit, cache.fxgraph_miss) if cache else (0, 0)
         text = f"rank {record.rank}: {hits} of {hits + misses} inductor graphs from the cache"
         turns = compile_info.turns or {}
-        if turns.get("waited"):
+        if turns.get("waited_s", 0) >= 0.05:  # grace waits too: every second it lost
             text += f" after waiting {turns['waited_s']:.1f} s for the host's first rank"
         text += f", compiling {compile_info.time_s:.1f} s"
         if record.first_step_s is not None:
