@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from trcomp_container.inprocess.accelerate_compile import BY_ACCELERATE
 from trcomp_container.inprocess.record import RankRecord, SpeedupDecision
 from trcomp_container.inprocess.state import ModuleState
 
@@ -84,6 +85,8 @@ def compiled_text(records: Sequence[RankRecord], backend: str | None) -> str:
             how = "failed, ran eager"
         elif not entry.module_state.runs_compiled:
             how = "compiled by trcomp but ran eager at the end"
+        elif entry.by == BY_ACCELERATE:
+            how = "by trcomp through Accelerate, no code change"
         elif entry.by != "trcomp":
             how = f"by the script, through {entry.by}"
         else:

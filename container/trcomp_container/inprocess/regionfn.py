@@ -178,7 +178,10 @@ def _node(torch: Any) -> Any:
                 index for index, out in enumerate(outputs) if is_tensor(out) and out.requires_grad
             ]
             ctx.positions = trained
-            ctx.save_for_backward(*(outputs[index] for index in trained))
+            # Kept as they are, not saved: only their place in the compiled graph is read, and
+            # the script may change what it got in place (HF Trainer's `loss *= ...`), which
+            # eager allows and a saved tensor's version check would refuse.
+            ctx.outputs = tuple(outputs[index] for index in trained)
             results = tuple(out.detach() if is_tensor(out) else out for out in outputs)
             ctx.mark_non_differentiable(
                 *(
@@ -200,7 +203,7 @@ def _node(torch: Any) -> Any:
             if torch.is_grad_enabled():  # only under create_graph=True
                 found = _recompute(torch, ctx, wanted, upstream)
             else:
-                outputs = ctx.saved_tensors
+                outputs = ctx.outputs
                 pairs = [(o, g) for o, g in zip(outputs, upstream, strict=True) if g is not None]
                 found = (
                     torch.autograd.grad(
