@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from trcomp_container.inprocess.accelerate_compile import BY_ACCELERATE
 from trcomp_container.inprocess.record import RankRecord, SpeedupDecision
 from trcomp_container.inprocess.state import ModuleState
 
@@ -84,6 +85,8 @@ def compiled_text(records: Sequence[RankRecord], backend: str | None) -> str:
             how = "failed, ran eager"
         elif not entry.module_state.runs_compiled:
             how = "compiled by trcomp but ran eager at the end"
+        elif entry.by == BY_ACCELERATE:
+            how = "by trcomp through Accelerate, no code change"
         elif entry.by != "trcomp":
             how = f"by the script, through {entry.by}"
         else:
@@ -194,7 +197,7 @@ def ranks_text(records: Sequence[RankRecord]) -> str | None:
         hits, misses = (cache.fxgraph_hit, cache.fxgraph_miss) if cache else (0, 0)
         text = f"rank {record.rank}: {hits} of {hits + misses} inductor graphs from the cache"
         turns = compile_info.turns or {}
-        if turns.get("waited"):
+        if turns.get("waited_s", 0) >= 0.05:  # grace waits too: every second it lost
             text += f" after waiting {turns['waited_s']:.1f} s for the host's first rank"
         text += f", compiling {compile_info.time_s:.1f} s"
         if record.first_step_s is not None:

@@ -17,6 +17,8 @@ tool whose writer turns it into markdown:
 - ``durations``: the per-test durations of a whole ``make test`` (written by the
   tests' plugin, tests/helpers/durations.py, kept by ``make timings-save``),
   rendered by :func:`_durations` as seconds per test directory;
+- ``h200``: a run of the GPU script (``python -m trcomp_bench.gpu_h200``, its
+  ``<out>.json``), rendered by :func:`trcomp_bench.gpu_h200.format_report`;
 - ``recorded``: numbers measured before their tool kept JSON (command timings,
   runs whose raw rows were not kept): an object with ``measured`` (the date),
   ``source`` (how and where it was measured, the commit that first recorded
@@ -70,6 +72,15 @@ def _warmstart(path: Path) -> str:
     from trcomp_bench.warmstart import markdown_table
 
     return markdown_table(json.loads(path.read_text()))
+
+
+def _h200(path: Path) -> str:
+    """The table of a ``trcomp_bench.gpu_h200`` run (runs that failed are listed under it)."""
+    from trcomp_bench.gpu_h200 import GpuResult, format_report
+
+    data: dict[str, Any] = json.loads(path.read_text())
+    results = [GpuResult(**entry["result"]) for entry in data["results"] if "result" in entry]
+    return format_report(results).split("\n", 1)[1]
 
 
 def _recorded(path: Path) -> str:
@@ -131,6 +142,7 @@ KINDS: dict[str, Callable[[Path], str]] = {
     "bench": _bench,
     "ci": _ci,
     "durations": _durations,
+    "h200": _h200,
     "launch": _launch,
     "recorded": _recorded,
     "speedup_jobs": _speedup_jobs,

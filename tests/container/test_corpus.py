@@ -151,9 +151,15 @@ MUST_HOLD = {
             for m in record["autocompile"]["modules"]
         )
     ),
-    # Trainer's own compile, turned on by trcomp: every step counted, no recompile.
+    # Trainer's compile, turned on by trcomp through Accelerate: taken over, checked and
+    # filed as trcomp's; every step counted, no recompile.
     "hf_trainer_tiny.py": lambda record: (
-        record["autocompile"]["script_compiled"] == ["GPT2LMHeadModel"]
+        record["autocompile"]["script_compiled"] == []
+        and [
+            (m["module"], m["by"], m["verified"], m["ran_compiled"])
+            for m in record["autocompile"]["modules"]
+        ]
+        == [("GPT2LMHeadModel", "trcomp, through Accelerate", True, True)]
         and record["compile"]["recompiles"] == 0
         and record["steps"] == 20
     ),

@@ -250,7 +250,8 @@ def test_an_s3_write_past_its_budget_never_appears(moto, tmp_path, monkeypatch):
     live = tmp_path / "w" / "live"
     (live / "inductor").mkdir(parents=True)
     (live / "inductor" / "g").write_bytes(b"graph")
-    writer = _open("s3://write-cache/compile", live, timeout_s=1)
+    writer = _open("s3://write-cache/compile", live)  # opening on a busy machine takes > 1 s
+    writer.timeout_s = 1  # the write's budget
     released, uploads = threading.Event(), []
     put = writer.store.s3.put_object
 

@@ -193,6 +193,12 @@ class AutoCompile:
             ledger.record(
                 "autocompile: watching trcomp.runtime.compile", runtime.watch_compiles(self.adopt)
             )
+            from trcomp_container.inprocess import accelerate_compile
+
+            ledger.record(
+                "autocompile: watching Accelerate's torch.compile (ACCELERATE_DYNAMO_BACKEND)",
+                accelerate_compile.watch(self.torch, self.adopt_from_accelerate),
+            )
         aot_scope = self.aot_dir is not None
         if aot_scope:
             from trcomp_container.inprocess.aot import keep_scope
@@ -207,6 +213,16 @@ class AutoCompile:
             self.error = (
                 f"could not check a trcomp.runtime.compile model: {type(exc).__name__}: {exc}"
             )
+
+    def adopt_from_accelerate(self, optimized: Any) -> None:
+        """A model Accelerate compiled because trcomp set ``ACCELERATE_DYNAMO_BACKEND``:
+        checked like the hook's own, filed as trcomp's (:mod:`.accelerate_compile`)."""
+        from trcomp_container.inprocess.accelerate_compile import BY_ACCELERATE
+
+        try:
+            adopt(self, optimized, by=BY_ACCELERATE)
+        except Exception as exc:  # the no-harm boundary of the torch.compile wrapper
+            self.error = f"could not check Accelerate's compile: {type(exc).__name__}: {exc}"
 
     def end_search(self) -> None:
         """Remove the global hooks; modules already compiled stay compiled."""

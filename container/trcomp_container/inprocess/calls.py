@@ -105,15 +105,16 @@ def _look_for_compiled_code(entry: CompiledModule, out: Any) -> None:
         entry.graphs_seen = (entry.graphs_seen or 0) + int(found)
 
 
-def adopt(owner: AutoCompile, optimized: Any) -> CompiledModule:
-    """Check a model the script compiled through ``trcomp.runtime.compile`` as the hook's own.
+def adopt(owner: AutoCompile, optimized: Any, *, by: str = BY_RUNTIME) -> CompiledModule:
+    """Check a model compiled through ``trcomp.runtime.compile`` (or by Accelerate at
+    trcomp's request, ``by``) as the hook's own.
 
     ``optimized`` (torch.compile's wrapper) gets a call that runs its compiled path
     once verified, and its original module's eager call before and after a failed check.
     """
     module = optimized._orig_mod
     entry = CompiledModule(
-        type(module).__name__, sum(p.numel() for p in module.parameters()), by=BY_RUNTIME
+        type(module).__name__, sum(p.numel() for p in module.parameters()), by=by
     )
     entry.checking = True
     owner.compiled.append(entry)
@@ -130,7 +131,7 @@ def adopt(owner: AutoCompile, optimized: Any) -> CompiledModule:
     before = torch_compat.compiled_call_impl(optimized)
     torch_compat.set_compiled_call_impl(optimized, guarded_call(owner, module, compiled, entry))
     owner._ledger.record(
-        f"autocompile: verified call of {entry.name} ({id(optimized):x}, {BY_RUNTIME})",
+        f"autocompile: verified call of {entry.name} ({id(optimized):x}, {by})",
         lambda: torch_compat.set_compiled_call_impl(optimized, before),
     )
     return entry

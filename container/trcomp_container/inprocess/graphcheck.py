@@ -50,6 +50,7 @@ from trcomp_container.inprocess.verify import (
     put_rng,
     rng_state,
     short,
+    strided_copy,
     tensors,
     vjp,
 )
@@ -178,7 +179,10 @@ class Region:
         """The compiled graph's call, as dynamo makes it (positional arguments: torch 2.9's
         and 2.14's backends take them so, whatever their ``_boxed_call`` says)."""
         if self.protect:
-            args = tuple(arg.clone() if i in self.protect else arg for i, arg in enumerate(args))
+            torch = self.owner.torch
+            args = tuple(
+                strided_copy(torch, arg) if i in self.protect else arg for i, arg in enumerate(args)
+            )
         return self._compiled(*args)
 
     def __call__(self, *args: Any) -> Any:
@@ -276,8 +280,15 @@ class Region:
             # Inputs the compiled graph keeps for its backward where eager keeps a copy
             # (AOTAutograd saves an input its graph only cloned): a later in-place write
             # to one (a MoCo queue overwritten by the forward's next graph) would fail the
-            # compiled backward. They reach the compiled graph as copies from now on.
-            self.protect = sorted(sides[1].kept - sides[0].kept - self.mutated)
+            # compiled backward. They reach the compiled graph as copies from now on:
+            # state that needs no gradient (a queue, a buffer); an activation that needs
+            # one (GPT-2's logits, 1.6 GB in bf16 on a GPU) is not written in place after
+            # the graph that reads it, and copying it every step would cost its size.
+            self.protect = sorted(
+                index
+                for index in sides[1].kept - sides[0].kept - self.mutated
+                if not (is_tensor(args[index]) and args[index].requires_grad)
+            )
         sides.clear()  # the copies and their results go before the script's call runs
         if verdict.problem is not None:
             self.wrong = verdict.problem
@@ -330,15 +341,7 @@ class Region:
         if not is_tensor(arg):
             return arg
         keep = isinstance(arg, torch.nn.Parameter) and not self.facts.in_place
-        if keep:
-            copied = arg.detach()
-        else:
-            # The same strides as the input's: the compiled graph asserts them (a slice of a
-            # wider tensor is no dense tensor, and clone() would make it contiguous).
-            copied = torch.empty_strided(
-                arg.size(), arg.stride(), dtype=arg.dtype, device=arg.device
-            )
-            copied.copy_(arg.detach())
+        copied = arg.detach() if keep else strided_copy(torch, arg)
         if arg.requires_grad:
             copied.requires_grad_(True)
         return copied

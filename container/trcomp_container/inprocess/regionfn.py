@@ -16,6 +16,10 @@ from the call's inputs, with the random state and autocast of the forward, as
 activation checkpointing recomputes a block, and differentiates that. The step
 gets eager's gradients, built as a graph the second backward can go through,
 and the module runs eager from its next call (the summary says why).
+Every other training call (a whole model: data and parameters) runs as dynamo
+makes it, and its compiled node gets a hook that does the same under
+``create_graph=True`` (:func:`_watch`): a penalty on the parameters alone that
+starts after the check.
 
 The node's name holds ``CompiledFunction``, as AOTAutograd's does: the hook's
 count of calls that went through compiled code reads it.
@@ -57,8 +61,93 @@ def run_region(torch: Any, region: Region, args: tuple[Any, ...], *, checking: b
             for arg in args
         )
     if not region.wrap:
-        return region.compiled(*args)
+        outs = region.compiled(*args)
+        if torch.is_grad_enabled():
+            _watch(torch, region, args, outs)
+        return outs
     return _node(torch).apply(region, *args)
+
+
+def _watch(torch: Any, region: Region, args: tuple[Any, ...], outs: Any) -> None:
+    """A double backward that starts after the check through a call outside the node: a
+    gradient penalty on the parameters alone, from step 6. The call's compiled node
+    (AOTAutograd's ``CompiledFunction``) gets a hook that does nothing in a plain backward
+    (grad mode is off there) and, under ``create_graph=True``, replaces the gradients the
+    compiled backward gave (which the second backward cannot go through) by eager's,
+    recomputed from the call's inputs, as the node of :func:`run_region` does. Costs a
+    hook per output and one per call, and the inputs held until the graph is freed."""
+    flat = [(index, out) for index, out in enumerate(outs) if is_tensor(out) and out.requires_grad]
+    node = next(
+        (found for _, out in flat if (found := _compiled_node(out.grad_fn)) is not None), None
+    )
+    if node is None:
+        return
+    late = _Late(torch, region, args, [index for index, _ in flat])
+    late.edges = node.next_functions
+    for position, (_, out) in enumerate(flat):
+        out.register_hook(functools.partial(late.upstream, position))
+    node.register_hook(late.on_backward)
+
+
+def _compiled_node(grad_fn: Any) -> Any:
+    """AOTAutograd's node behind an output: its ``grad_fn``, or the one a view of an output
+    (an alias torch regenerates outside the graph) leads to."""
+    for node in (grad_fn, *(fn for fn, _ in getattr(grad_fn, "next_functions", ()))):
+        if node is not None and "CompiledFunction" in type(node).__name__:
+            return node
+    return None
+
+
+class _Late:
+    """What :func:`_watch`'s hooks need: the call's inputs, random and autocast state, the
+    inputs it changes in place as they were, and the gradients that reached its outputs."""
+
+    def __init__(self, torch: Any, region: Region, args: tuple[Any, ...], positions: list[int]):
+        self.torch, self.region, self.args, self.positions = torch, region, args, positions
+        self.rng = rng_state(torch) if region.facts.random else None
+        self.autocast = _autocast_state(torch)
+        self.before = {
+            index: args[index].detach().clone()
+            for index in region.mutated
+            if index < len(args) and is_tensor(args[index])
+        }
+        self.grads: list[Any] = [None] * len(positions)
+        self.edges: tuple[tuple[Any, int], ...] = ()
+
+    def upstream(self, position: int, grad: Any) -> None:
+        self.grads[position] = grad
+
+    def on_backward(self, grad_inputs: tuple[Any, ...], _grad_outputs: Any) -> Any:
+        torch = self.torch
+        upstream, self.grads = self.grads, [None] * len(self.positions)
+        if not torch.is_grad_enabled():  # a plain backward: the compiled one's gradients
+            return None
+        node_inputs = self.args_of(grad_inputs)
+        wanted = sorted({index for index in node_inputs if index is not None})
+        found = dict(zip(wanted, _recompute(torch, self, wanted, upstream), strict=True))
+        return tuple(
+            grad if index is None else found.get(index)
+            for grad, index in zip(grad_inputs, node_inputs, strict=True)
+        )
+
+    def args_of(self, grad_inputs: tuple[Any, ...]) -> list[int | None]:
+        """For each input edge of the compiled node, the position of the call's input it
+        leads to (a parameter's accumulator, or the node that made the input); None where
+        none does (that edge keeps the compiled gradient)."""
+        found: list[int | None] = []
+        for fn, nr in self.edges[: len(grad_inputs)]:
+            match = None
+            for index, arg in enumerate(self.args):
+                if not (is_tensor(arg) and arg.requires_grad) or fn is None:
+                    continue
+                if (arg.grad_fn is None and getattr(fn, "variable", None) is arg) or (
+                    arg.grad_fn is fn and arg.output_nr == nr
+                ):
+                    match = index
+                if match is not None:
+                    break
+            found.append(match)
+        return found + [None] * (len(grad_inputs) - len(found))
 
 
 @functools.cache
@@ -89,7 +178,10 @@ def _node(torch: Any) -> Any:
                 index for index, out in enumerate(outputs) if is_tensor(out) and out.requires_grad
             ]
             ctx.positions = trained
-            ctx.save_for_backward(*(outputs[index] for index in trained))
+            # Kept as they are, not saved: only their place in the compiled graph is read, and
+            # the script may change what it got in place (HF Trainer's `loss *= ...`), which
+            # eager allows and a saved tensor's version check would refuse.
+            ctx.outputs = tuple(outputs[index] for index in trained)
             results = tuple(out.detach() if is_tensor(out) else out for out in outputs)
             ctx.mark_non_differentiable(
                 *(
@@ -111,7 +203,7 @@ def _node(torch: Any) -> Any:
             if torch.is_grad_enabled():  # only under create_graph=True
                 found = _recompute(torch, ctx, wanted, upstream)
             else:
-                outputs = ctx.saved_tensors
+                outputs = ctx.outputs
                 pairs = [(o, g) for o, g in zip(outputs, upstream, strict=True) if g is not None]
                 found = (
                     torch.autograd.grad(

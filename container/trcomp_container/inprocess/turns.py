@@ -13,7 +13,12 @@ inductor's and AOTAutograd's cache entries the first rank wrote (the record's
 No harm: nothing waits without a bound. A rank waits for the first rank to
 *begin* its n-th compile at most :data:`GRACE_S` (the ranks run in step, so it
 begins at about the same time; a rank whose code took another path compiles at
-once), and for it to end at most :data:`MAX_WAIT_S`; then it compiles for itself.
+once), once: after a compile the first rank did not begin in time, a rank waits
+only for compiles the first rank has already begun. All its waits together
+last at most :data:`MAX_WAIT_S`; then it compiles for itself. So nothing, not
+even a client of the job's store that writes the keys itself, holds a rank
+longer than ``GRACE_S + MAX_WAIT_S`` over the whole job, and every second of it
+is in the record (``waited_s``).
 A rank that cannot load what the first rank wrote (another cache, another
 graph) compiles for itself, as it would have. The exchange goes through the
 process group's c10d store, never a collective on the training group.
@@ -40,7 +45,11 @@ OFF_ENV = COMPILE_TURNS_ENV
 GRACE_S = 30.0
 """How long a rank waits for the host's first rank to begin the same compile."""
 MAX_WAIT_S = 900.0
-"""How long a rank waits for the host's first rank to finish it."""
+"""How long a rank waits for the host's first rank, all its compiles together."""
+
+
+def _seconds(seconds: float) -> timedelta:
+    return timedelta(seconds=max(seconds, 0.001))
 
 
 @dataclass
@@ -61,10 +70,16 @@ class Turns:
     waited: int = 0
     """Compiles that began after the first rank's same compile ended."""
     waited_s: float = 0.0
+    """Every second spent waiting, the grace included."""
     alone: int = 0
-    """Compiles the first rank did not begin within the grace: compiled at once."""
+    """Compiles the first rank had not begun (within the grace, the first time): compiled
+    at once."""
     timed_out: int = 0
-    """Compiles the first rank began but did not end within :data:`MAX_WAIT_S`."""
+    """Compiles waited for until the wait budget (:data:`MAX_WAIT_S`) was spent (one at
+    most: later compiles wait no more)."""
+    missed: bool = False
+    """Whether the first rank once did not begin a compile within the grace: from then on
+    a compile waits only when the first rank has begun it already."""
     _store: Any = None
     _off: bool = False
 
@@ -108,17 +123,30 @@ class Turns:
         if self.first:
             self._store.set(self._key(index, "begun"), "1")
             return
-        started = time.perf_counter()
-        try:
-            self._store.wait([self._key(index, "begun")], timedelta(seconds=self.grace_s))
-        except RuntimeError:  # c10d's timeout: the first rank took another path
+        left = self.max_wait_s - self.waited_s
+        if left <= 0 or self.timed_out:  # the budget is spent
             self.alone += 1
             return
+        started = time.perf_counter()
+        begun = self._key(index, "begun")
         try:
-            self._store.wait([self._key(index, "ended")], timedelta(seconds=self.max_wait_s))
-            self.waited += 1
-        except RuntimeError:
-            self.timed_out += 1
+            if self.missed:
+                if not self._store.check([begun]):
+                    self.alone += 1
+                    return
+            else:
+                try:
+                    self._store.wait([begun], _seconds(min(self.grace_s, left)))
+                except RuntimeError:  # c10d's timeout: the first rank took another path
+                    self.alone += 1
+                    self.missed = True
+                    return
+            try:
+                spent = time.perf_counter() - started
+                self._store.wait([self._key(index, "ended")], _seconds(left - spent))
+                self.waited += 1
+            except RuntimeError:
+                self.timed_out += 1
         finally:
             self.waited_s += time.perf_counter() - started
 
@@ -139,4 +167,5 @@ class Turns:
             "waited_s": round(self.waited_s, 4),
             "alone": self.alone,
             "timed_out": self.timed_out,
+            "wait_budget_s": self.max_wait_s,
         }

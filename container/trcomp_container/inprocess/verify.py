@@ -43,6 +43,7 @@ __all__ = [
     "rng_state",
     "short",
     "state_of",
+    "strided_copy",
     "tensors",
     "vjp",
 ]
@@ -215,6 +216,17 @@ def autocast_dtype(torch: Any) -> str | None:
 def is_tensor(value: Any) -> bool:
     """Whether ``value`` is a tensor (torch is not imported here: what it has, not its type)."""
     return hasattr(value, "detach") and hasattr(value, "shape") and hasattr(value, "_version")
+
+
+def strided_copy(torch: Any, tensor: Any) -> Any:
+    """A copy of ``tensor`` with its strides, detached. A compiled graph asserts its
+    inputs' strides, and ``clone()`` makes a tensor that is not dense contiguous: a slice
+    of a wider tensor, or inductor's padded outputs on GPUs (GPT-2's logits, 50,257 wide,
+    come out with rows of 50,264)."""
+    copied = torch.empty_strided(
+        tensor.size(), tensor.stride(), dtype=tensor.dtype, device=tensor.device
+    )
+    return copied.copy_(tensor.detach())
 
 
 def tensors(value: Any, depth: int = 0) -> Iterator[Any]:

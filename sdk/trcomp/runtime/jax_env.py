@@ -16,6 +16,11 @@ that fails without its workaround:
   an input of the program;
 - the optimizer's step counters must be tensors (``capturable``), not Python
   numbers read with ``.item()``;
+- packages that call their own operators when imported (torchvision asks
+  ``torchvision::_cuda_version`` for its CUDA build) fail to import once
+  torchax's modes are on ("has no lowering"): transformers imports torchvision
+  lazily, inside the first step, wherever it is installed (every SageMaker
+  PyTorch image has it). They are imported before the modes go on;
 - convolutions and pooling: ``Tensor.flatten`` cuts autograd, and the
   backward lowerings of convolution and pooling are missing or wrong
   (:mod:`trcomp.runtime.jax_conv`, pinned by tests/sdk/runtime/test_jax_conv.py).
@@ -26,6 +31,8 @@ Imports jax and torchax: only :mod:`trcomp.runtime.jax_engine` imports it.
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.util
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +46,7 @@ from trcomp.runtime import jax_conv
 __all__ = [
     "DROPPED_LOWERINGS",
     "ENVIRONMENT_WORKAROUNDS",
+    "IMPORTED_BEFORE_MODES",
     "OPTIMIZER_WORKAROUNDS",
     "device",
     "environment",
@@ -53,6 +61,16 @@ DROPPED_LOWERINGS: tuple[Callable[..., Any], ...] = (
     torch.nn.functional.pad,
 )
 """torch-function lowerings that bypass autograd in torchax 0.0.13 (see the module doc)."""
+
+
+IMPORTED_BEFORE_MODES: tuple[str, ...] = ("torchvision",)
+"""Installed packages that run their own operators at import: imported before torchax's modes."""
+
+
+def _import_before_modes(env: tx_tensor.Environment) -> None:
+    for name in IMPORTED_BEFORE_MODES:
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
 
 
 def _keep_tied_weights(env: tx_tensor.Environment) -> None:
@@ -88,6 +106,7 @@ def _capturable(group: dict[str, Any]) -> None:
 
 
 ENVIRONMENT_WORKAROUNDS: dict[str, Callable[[tx_tensor.Environment], None]] = {
+    "import_before_modes": _import_before_modes,
     "tied_weights": _keep_tied_weights,
     "lowerings_above_autograd": _drop_lowerings_above_autograd,
     "layer_norm_backward": _fix_layer_norm_backward,

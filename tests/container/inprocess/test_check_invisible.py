@@ -110,6 +110,13 @@ class Net(nn.Module):
         return self.b(torch.tanh(self.a(x)))
 
 
+class WithLoss(Net):
+    """Returns its loss, as a transformers model given labels does."""
+
+    def forward(self, x):
+        return super().forward(x).pow(2).mean()
+
+
 class Counted(Net):
     """A Python counter that drives a warm-up schedule."""
 
@@ -335,5 +342,20 @@ def test_a_parameter_returned_from_forward_keeps_no_hook_of_ours():
         model = Returns()
         losses = loop(model, on_step, lambda out, step: out[0].pow(2).mean() + out[1].sum())
         return losses, [len(model.b.weight._backward_hooks or {})]
+
+    assert_invisible(script)
+
+
+def test_an_output_the_script_scales_in_place_trains_as_eager():
+    """HF Trainer scales the model's loss in place (``loss *= ...``): eager allows it, and
+    the check's node kept the output with a version check that refused it (found by the
+    corpus's Trainer script once its compile was checked)."""
+
+    def script(on_step: Any) -> tuple[list[float], list[float]]:
+        def loss_of(out: Any, step: int) -> Any:
+            out *= 0.5  # the module's own output: the loss it computed
+            return out
+
+        return loop(WithLoss(), on_step, loss_of), []
 
     assert_invisible(script)

@@ -46,6 +46,7 @@ def test_a_rank_compiles_after_the_first_rank_finished_the_same_compile():
         "waited_s": 0.0,
         "alone": 0,
         "timed_out": 0,
+        "wait_budget_s": 900.0,
     }
 
 
@@ -67,6 +68,28 @@ def test_a_first_rank_that_never_ends_its_compile_is_waited_for_at_most_the_boun
     first.begin()  # begun, never ended (its process died in the compile)
     other.begin()
     assert (other.waited, other.alone, other.timed_out) == (0, 0, 1)
+
+
+def test_compiles_the_first_rank_never_makes_cost_one_grace_and_every_wait_is_recorded():
+    """Each compile the first rank did not make cost the whole grace again, and the record
+    said ``waited_s`` 0.2 for 60 s lost (7205ae0)."""
+    _, other = pair(grace_s=0.3)
+    for _ in range(3):
+        other.begin()
+    assert (other.alone, other.missed) == (3, True)
+    assert 0.3 <= other.waited_s < 0.6, other.waited_s
+
+
+def test_a_store_client_holds_a_rank_at_most_the_wait_budget_over_the_whole_job():
+    """Whoever writes the keys (any client of the job's c10d store) begins compiles it never
+    ends, or ends each just before the bound: all waits together stay within the budget."""
+    _, other = pair(max_wait_s=0.4)
+    for index in range(4):
+        other._store.set(other._key(index, "begun"), "1")
+    for _ in range(4):
+        other.begin()
+    assert other.waited_s < 0.6, other.waited_s
+    assert other.timed_out == 1 and other.alone == 3
 
 
 def test_one_rank_per_host_or_no_process_group_takes_no_turns():

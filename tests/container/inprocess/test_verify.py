@@ -13,7 +13,7 @@ import dataclasses
 
 import pytest
 
-from trcomp_container.inprocess import autocompile, torch_compat
+from trcomp_container.inprocess import autocompile, torch_compat, verify
 from trcomp_container.inprocess.unrolled import MAX_REPEATS, Census, loop_reason
 
 torch = pytest.importorskip("torch")
@@ -152,9 +152,12 @@ def test_double_backward_through_the_module_gets_eagers_gradients_then_runs_eage
     assert losses == pytest.approx(eager, abs=1e-6)
 
 
-def test_a_double_backward_that_starts_after_the_check_does_not_fail_the_step():
+@pytest.mark.parametrize("through", ["input", "parameters"])
+def test_a_double_backward_that_starts_after_the_check_does_not_fail_the_step(through):
     """A gradient penalty from step 6 (after the check verified the module): torch's compiled
-    backward cannot build its graph, so the step recomputes the module eagerly."""
+    backward cannot build its graph, so the step recomputes the module eagerly. Through the
+    input (WGAN-GP: the call runs in regionfn's node) or the parameters alone (a gradient
+    norm penalty: the call's compiled node gets regionfn's hook; torch's error on 7205ae0)."""
     torch.manual_seed(0)
     batches = [torch.randn(6, 4) for _ in range(8)]
 
@@ -164,11 +167,12 @@ def test_a_double_backward_that_starts_after_the_check_does_not_fail_the_step():
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         losses = []
         for step, x in enumerate(batches):
-            point = x.clone().requires_grad_(True)
+            point = x.clone().requires_grad_(through == "input")
             loss = model(point).pow(2).mean()
             if step >= 5:
-                (grad,) = torch.autograd.grad(loss, point, create_graph=True)
-                loss = loss + grad.pow(2).sum()
+                wrt = [point] if through == "input" else list(model.parameters())
+                grads = torch.autograd.grad(loss, wrt, create_graph=True)
+                loss = loss + sum(grad.pow(2).sum() for grad in grads)
             loss.backward()
             opt.step()
             opt.zero_grad()
@@ -394,3 +398,16 @@ def test_a_model_compiled_through_trcomp_runtime_is_checked_too(runtime_compile)
     assert wrong == pytest.approx(eager, abs=1e-6)
     assert good.verified is True and good.ran_compiled and good.verified_calls == 1
     assert right == pytest.approx(train(Net), abs=1e-5)
+
+
+def test_a_copy_for_the_compiled_graph_keeps_the_strides_it_asserts():
+    """Inductor pads its outputs' rows on GPUs (GPT-2's logits: 50,257 wide, rows of
+    50,264); the next graph is compiled for those strides and asserts them, so the check's
+    copies and the protected inputs keep them (``clone()`` made them contiguous: the H200
+    run of GPT-2 under the hook failed so, docs/benchmarks.md)."""
+    padded = torch.randn(4, 3, 72)[:, :, :67]  # rows of 72, 67 used
+    assert not padded.is_contiguous()
+    copied = verify.strided_copy(torch, padded)
+    assert copied.stride() == padded.stride() and torch.equal(copied, padded)
+    assert copied.data_ptr() != padded.data_ptr()
+    assert padded.clone().stride() != padded.stride()  # what the copy was before

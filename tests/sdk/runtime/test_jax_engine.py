@@ -9,6 +9,7 @@ through compile_step, and prints what it saw.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,35 @@ def test_sgd_keeps_its_float_lr_and_a_scheduler_on_it_is_refused() -> None:
     diff, refusal = done.stdout.strip().splitlines()[-2:]
     assert float(diff) < 1e-6
     assert "StepLR" in refusal and "SGD" in refusal and "freeze" in refusal
+
+
+_IMPORT_AFTER_ENGINE = """
+import sys
+from trcomp.runtime import jax_env
+if sys.argv[1] == "off":
+    jax_env.ENVIRONMENT_WORKAROUNDS.pop("import_before_modes")
+jax_env.device()
+import torchvision  # as transformers does, lazily, inside a step
+print("imported", torchvision.__version__)
+"""
+
+
+@pytest.mark.parametrize("workaround", ["on", "off"])
+def test_torchvision_is_imported_before_the_modes(workaround: str) -> None:
+    """torchvision asks its own ``_cuda_version`` operator when imported: under torchax's
+    modes that fails (seen on the H200 run, docs/benchmarks.md), so the engine imports it
+    first."""
+    pytest.importorskip("torchvision")
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_AFTER_ENGINE, workaround],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    if workaround == "on":
+        assert done.returncode == 0 and "imported" in done.stdout, done.stderr[-2000:]
+    else:
+        assert done.returncode != 0, done.stdout
+        assert "torchvision::_cuda_version has no lowering" in done.stderr, done.stderr[-2000:]
