@@ -24,7 +24,8 @@ pytestmark = pytest.mark.slow
 
 SCRIPT = """
 import json, os, pathlib, sys
-seen = {"argv": sys.argv[1:], "env": {k: v for k, v in os.environ.items() if k.startswith("SM_HP_")}}
+env = {k: v for k, v in os.environ.items() if k.startswith("SM_HP_")}
+seen = {"argv": sys.argv[1:], "env": env}
 pathlib.Path(os.environ["SM_MODEL_DIR"], "seen.json").write_text(json.dumps(seen))
 """
 
@@ -49,7 +50,8 @@ def test_a_name_the_toolkit_cannot_pass_is_refused_before_a_process_job(
         tmp_path, role, "local_process", compiler,
         hyperparameters={"epochs": 1, name: 1}, output_path=f"file://{out}",
     )  # fmt: skip
-    with pytest.raises(HyperparameterLimitError, match="no environment variable's name can hold that") as caught:
+    says = "no environment variable's name can hold that"
+    with pytest.raises(HyperparameterLimitError, match=says) as caught:
         estimator.fit(job_name="bad-name")
     assert repr(name) in str(caught.value) and "Rename it" in str(caught.value)
     assert not out.exists()  # nothing was created

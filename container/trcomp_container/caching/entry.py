@@ -424,7 +424,9 @@ def _add_file(tar: tarfile.TarFile, relative: str, path: Path, listed: os.stat_r
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
-        raise EntryError(f"{relative} could not be opened as a file ({exc}): nothing written")
+        raise EntryError(
+            f"{relative} could not be opened as a file ({exc}): nothing written"
+        ) from None
     with os.fdopen(fd, "rb") as handle:
         now = os.fstat(handle.fileno())
         same = (now.st_dev, now.st_ino, now.st_size) == (
