@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from trcomp.contract.config import TrainingCompilerConfig
+from trcomp.contract.env import BACKEND_ENV, COMPILER_DIR_ENV, DEBUG_ENV, METRICS_DIR_ENV
 from trcomp.contract.keys import CACHE_DIR_ENV
 from trcomp.contract.runtime_config import RuntimeConfig
 from trcomp_container.backends import ConcreteBackend, Engine, inductor, xla
@@ -58,9 +59,9 @@ def build_environment(
     )
     decided: dict[str, str] = {
         **resolved.to_env(),
-        "TRCOMP_BACKEND": backend or "eager",
-        "TRCOMP_METRICS_DIR": str(metrics_dir),
-        "TRCOMP_DEBUG": "1" if config.debug else "0",
+        BACKEND_ENV: backend or "eager",
+        METRICS_DIR_ENV: str(metrics_dir),
+        DEBUG_ENV: "1" if config.debug else "0",
         "PYTHONPATH": os.pathsep.join(
             [str(HOOK_DIR), str(paths.code), *filter(None, [base_env.get("PYTHONPATH")])]
         ),
@@ -99,7 +100,7 @@ def build_environment(
         # Compiler off: transformers must not grab the XLA device of an installed torch-xla.
         decided["USE_TORCH_XLA"] = "0"
     if config.debug and backend is not None:
-        decided["TRCOMP_COMPILER_DIR"] = str(paths.compiler)
+        decided[COMPILER_DIR_ENV] = str(paths.compiler)
     for key, value in defaults.items():
         env.setdefault(key, value)
     env.update(decided)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trcomp.contract.distribution import Launched, launched_distribution
+from trcomp.contract.env import MASTER_PORT_ENV, NPROC_PER_NODE_ENV
 from trcomp.contract.errors import UnsupportedJobError
 from trcomp.contract.instances import single_process_warning
 from trcomp_container.backends import ConcreteBackend
@@ -62,7 +63,7 @@ def nproc_per_node(
     """Processes per host: one per GPU (or TPU chip under xla); on CPU ``TRCOMP_NPROC_PER_NODE``."""
     if distribution == "none":
         return 1
-    explicit = environ.get("TRCOMP_NPROC_PER_NODE")
+    explicit = environ.get(NPROC_PER_NODE_ENV)
     if explicit:
         try:
             count = int(explicit)
@@ -70,12 +71,12 @@ def nproc_per_node(
             count = 0
         if count < 1:
             raise JobFailed(
-                f"TRCOMP_NPROC_PER_NODE={explicit!r} is not a positive whole number",
+                f"{NPROC_PER_NODE_ENV}={explicit!r} is not a positive whole number",
                 ExitCode.CONFIG,
             )
         if count > 1 and distribution == "pytorchxla" and not (devices.gpus or devices.tpus):
             raise JobFailed(
-                f"TRCOMP_NPROC_PER_NODE={count} with the pytorchxla distribution on CPU: "
+                f"{NPROC_PER_NODE_ENV}={count} with the pytorchxla distribution on CPU: "
                 "torch-xla 2.9 gives every CPU process a world of one, so the processes "
                 "would train separately. Unset it, or use torch_distributed to test "
                 "multi-process training on CPU.",
@@ -138,7 +139,7 @@ def build_command(
     if len(ordered) == 1:
         torchrun.append("--standalone")
     else:
-        port = environ.get("TRCOMP_MASTER_PORT", str(DEFAULT_MASTER_PORT))
+        port = environ.get(MASTER_PORT_ENV, str(DEFAULT_MASTER_PORT))
         torchrun += ["--node-rank", str(ordered.index(current_host))]
         torchrun += ["--master-addr", ordered[0], "--master-port", port]
     if single[1] == "-m":

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from trcomp.contract.env import METRICS_DIR_ENV, without_secrets
+
 __all__ = [
     "InductorOptionCheck",
     "ProbeResult",
@@ -233,7 +235,7 @@ def run_probe(backend: str, gpus: int, env: Mapping[str, str]) -> ProbeResult:
     """
     if backend == "inductor" and not gpus:
         return cpu_inductor_check(env)
-    child_env = {k: v for k, v in env.items() if k != "TRCOMP_METRICS_DIR"}
+    child_env = {k: v for k, v in without_secrets(env).items() if k != METRICS_DIR_ENV}
     try:
         done = subprocess.run(
             [sys.executable, "-m", "trcomp_container.probe", backend, str(gpus)],
@@ -292,7 +294,7 @@ def check_inductor_options(
     environment (the torch the script will import), so the entrypoint itself
     never imports torch.
     """
-    child_env = {k: v for k, v in env.items() if k != "TRCOMP_METRICS_DIR"}
+    child_env = {k: v for k, v in without_secrets(env).items() if k != METRICS_DIR_ENV}
     done = subprocess.run(
         [sys.executable, "-c", _INDUCTOR_OPTIONS, json.dumps(list(options)), mode],
         env=child_env,

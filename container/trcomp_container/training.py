@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from trcomp.contract.config import TrainingCompilerConfig
+from trcomp.contract.env import KEY_ENV, KEY_SECRET_ENV, LAUNCHER_ENV, for_training
 from trcomp.contract.errors import CompilerConfigError, SharedCacheError
 from trcomp.contract.keys import CHECKPOINT_URI_ENV
 from trcomp.contract.proctree import grace_s
@@ -44,6 +45,7 @@ from trcomp_container.failures import (
 )
 from trcomp_container.gpu_setup import launch_environment, require_visible_gpus
 from trcomp_container.hints import hint_for
+from trcomp_container.inprocess.redis_handoff import TORCHRUN
 from trcomp_container.job import Job
 from trcomp_container.launch import (
     LaunchPlan,
@@ -150,7 +152,7 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     distribution = distribution_of(job.framework_params)
     _check_jax_distribution(engine, distribution, job.hosts)
     entry_point = _prepare_code(job)
-    base_env = {**job.environ, **job.toolkit_env}
+    base_env = _training_base(config, job, report)
 
     # Before the start-up check, which compiles a tiny graph into the same cache.
     cache_warm = config.cache and any(p.is_file() for p in job.paths.cache.rglob("*"))
@@ -224,6 +226,8 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
         current_host=job.current_host,
         environ=job.environ,
     )
+    # Under torchrun, the agent's hook leaves the Redis handoff to the workers it starts.
+    env[LAUNCHER_ENV] = TORCHRUN if distribution != "none" else "direct"
     plan = LaunchPlan(command, env, job.paths.code)
     report.facts.update(command=command, nproc_per_node=nproc, hosts=job.hosts)
     wait_for_hosts(job.hosts)
@@ -234,6 +238,28 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     )
     result = run(plan, grace_s(job.environ))
     return _outcome(result, metrics_dir, backend, torchrun=distribution != "none")
+
+
+def _training_base(config: TrainingCompilerConfig, job: Job, report: _Report) -> dict[str, str]:
+    """What the training processes get of the entrypoint's environment and the toolkit's
+    (``SM_*``): never a copy (:func:`trcomp.contract.env.for_training`). The team's key,
+    the Redis password and every other ``TRCOMP_*`` name not allow-listed stay here; in a
+    job with a shared cache or a key, so do torch's remote-cache variables, which would
+    let a process without the start-up hook read unsigned values."""
+    keyed = any(job.environ.get(name) for name in (KEY_ENV, KEY_SECRET_ENV))
+    base, dropped = for_training(
+        {**job.environ, **job.toolkit_env},
+        drop_torch_remote_cache=config.shared_cache is not None or keyed,
+    )
+    if dropped:
+        _warn(
+            report,
+            f"not passed to the training processes: {', '.join(dropped)} (trcomp variables "
+            "it does not know, or torch's remote-cache variables in a job with a shared cache "
+            "or a key, where only the start-up hook turns those caches on, and signs: "
+            "docs/environment.md)",
+        )
+    return base
 
 
 def _warn(report: _Report, *warnings: str) -> None:

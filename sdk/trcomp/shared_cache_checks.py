@@ -16,6 +16,8 @@ Every AWS call has the job's timeouts (``shared_cache_timeout_s``).
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,14 @@ _IN_CLEAR = {
     PREVIOUS_KEY_ENV: PREVIOUS_KEY_SECRET_ENV,
     REDIS_PASSWORD_ENV: REDIS_PASSWORD_SECRET_ENV,
 }
+_SECRET_NAMES = (*_IN_CLEAR, *_IN_CLEAR.values())
+# What a near name holds (lower case, every run of other characters one "_"): the key's
+# or the Redis password's name with any case, prefix or suffix ("my_trcomp_shared_cache_key").
+_NEAR = ("shared_cache_key", "trcomp_redis_password")
+# A Secrets Manager secret: an ARN, or a name (1-512 of these characters).
+_SECRET_ARN = re.compile(r"arn:[a-z-]+:secretsmanager:[a-z0-9-]*:[0-9]*:secret:[A-Za-z0-9/_+=.@-]+")
+_SECRET_NAME = re.compile(r"[A-Za-z0-9/_+=.@-]{1,512}")
+_SHORTEST = 8  # a secret value shorter than this would be found in unrelated values
 
 
 def check_shared_cache(
@@ -117,26 +127,89 @@ def _check_bucket(
         ) from None
 
 
+def _normal(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def _near(name: str) -> bool:
+    """Whether ``name`` is a secret's variable under any case, prefix or suffix."""
+    normal = _normal(name)
+    return any(core in normal for core in _NEAR)
+
+
+def _forms(secret: str) -> set[str]:
+    """How a secret value may appear in a hyperparameter: stripped (the job strips it:
+    a key read from a file keeps its newline), and as JSON writes it (the SDK encodes)."""
+    stripped = secret.strip()
+    return {stripped, json.dumps(stripped)[1:-1]} if len(stripped) >= _SHORTEST else set()
+
+
+def _looks_like_key(value: str) -> bool:
+    """Whether a secret's name is more likely key material pasted in its place: hex of 16
+    characters or more, or base64 of 20 or more with both cases and 3 runs of digits
+    (no name a person picks; a key from ``openssl rand -base64 32`` nearly always)."""
+    if len(value) >= 16 and re.fullmatch(r"[0-9a-fA-F]+", value):
+        return True
+    if len(value) < 20 or not re.fullmatch(r"[A-Za-z0-9+/_-]+={0,2}", value):
+        return False
+    cases = re.search("[a-z]", value) and re.search("[A-Z]", value)
+    return bool(cases) and len(re.findall(r"[0-9]+", value)) >= 3
+
+
+def _check_secret_references(environment: Mapping[str, Any]) -> None:
+    """Refuse a ``..._SECRET`` variable that is not a Secrets Manager secret's name or ARN
+    (a key pasted in its place would travel in clear); the message never shows the value."""
+    for name in _IN_CLEAR.values():
+        if name not in environment:
+            continue
+        value = str(environment[name])
+        if _SECRET_ARN.fullmatch(value):
+            continue
+        if _SECRET_NAME.fullmatch(value) and not _looks_like_key(value):
+            continue
+        why = (
+            "looks like key material, not a secret's name"
+            if _SECRET_NAME.fullmatch(value)
+            else "is not a secret's name or ARN (those hold letters, digits and /_+=.@- only)"
+        )
+        raise SharedCacheError(
+            f"environment variable {name} must name a secret in AWS Secrets Manager, but its "
+            f"value ({len(value)} characters, not shown) {why}: a key or password put there "
+            "would travel in clear with the job. Store the secret in Secrets Manager "
+            "(aws secretsmanager create-secret --name <name> --secret-string file://<file>) "
+            f"and set {name} to its ARN; if the value was a key, it is exposed: make a new one."
+        )
+
+
 def _check_secrets_placed(
     environment: Mapping[str, Any], hyperparameters: Mapping[str, Any]
 ) -> None:
-    """Refuse an empty key, a previous key without a current one, and a shared cache
-    secret given as a hyperparameter.
+    """Refuse an empty key, a previous key without a current one, a secret's variable
+    under a near name, a ``..._SECRET`` that is no secret's name or ARN, and a shared
+    cache secret given as a hyperparameter.
 
-    An empty ``TRCOMP_SHARED_CACHE_KEY`` would mean no key at all, without a word.
-    Hyperparameters are stored and shown with the job (DescribeTrainingJob, the job's
-    files): a secret there, by its variable's name or by its value, is refused, and the
+    An empty ``TRCOMP_SHARED_CACHE_KEY`` would mean no key at all, without a word. A
+    near name (``trcomp_shared_cache_key``, ``MY_TRCOMP_SHARED_CACHE_KEY``) is read by
+    no job: the job would run without its key, and the value would travel as an
+    ordinary variable. Hyperparameters are stored and shown with the job
+    (DescribeTrainingJob, the job's files): a secret there, by its variable's name (or a
+    near one) or by its value (stripped, as the job reads it), is refused, and the
     message names the hyperparameter, never the value.
     """
-    refuse_empty_secrets(environment, (*_IN_CLEAR, *_IN_CLEAR.values()))
+    refuse_empty_secrets(environment, _SECRET_NAMES)
     refuse_previous_key_alone(environment)
-    names = {name.lower() for name in (*_IN_CLEAR, *_IN_CLEAR.values())}
-    # The SDK JSON-encodes hyperparameter values: a secret is looked for inside each one
-    # (one of at least 8 characters: a shorter one would be found in unrelated values).
-    values = [str(environment[n]) for n in _IN_CLEAR if len(str(environment.get(n) or "")) >= 8]
+    for name in environment:
+        if str(name) not in _SECRET_NAMES and _near(str(name)):
+            raise SharedCacheError(
+                f"environment variable {str(name)!r} looks like a shared cache secret's "
+                f"variable under another name, which no job reads: the job would run without "
+                f"it, and its value would travel as an ordinary variable. Use the exact name "
+                f"({', '.join(_SECRET_NAMES)}), or rename it."
+            )
+    _check_secret_references(environment)
+    values = set().union(*(_forms(str(environment[n])) for n in _IN_CLEAR if n in environment))
     for key, value in hyperparameters.items():
-        named = str(key).lower().replace("-", "_") in names
-        if named or any(secret in str(value) for secret in values):
+        if _near(str(key)) or any(secret in str(value) for secret in values):
             raise SharedCacheError(
                 f"hyperparameter {key!r} holds a shared cache secret: hyperparameters are stored "
                 "with the job and shown by DescribeTrainingJob. Remove it and pass the secret "

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trcomp.contract.env import COMPILE_TURNS_ENV, NPROC_PER_NODE_ENV
 from trcomp_bench.results import write_recorded
 from trcomp_bench.rounds import ratio_and_spread
 from trcomp_bench.speedup_jobs import run_job
@@ -102,9 +103,9 @@ def measure(
         for number in range(rounds):
             warm_cache = Path(tmp) / f"{number}-turns-checkpoints"
             for kind in KINDS:
-                environment = {"TRCOMP_NPROC_PER_NODE": "2"}
+                environment = {NPROC_PER_NODE_ENV: "2"}
                 if kind == "cold, ranks at once":
-                    environment["TRCOMP_COMPILE_TURNS"] = "0"
+                    environment[COMPILE_TURNS_ENV] = "0"
                 summary = run_job(
                     Path(tmp) / f"{wrap}-{number}-{KINDS.index(kind)}",
                     DIST_SCRIPT,

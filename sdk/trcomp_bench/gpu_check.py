@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trcomp.contract.env import BACKEND_ENV, CONFIG_ENV, METRICS_DIR_ENV, PREFIX
 from trcomp_bench.runs import (
     Job,
     ResultLog,
@@ -69,7 +70,7 @@ class Check:
 
 
 def _env(args: argparse.Namespace, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRCOMP_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
     env.update(USE_TORCH_XLA="0", PYTHONUNBUFFERED="1", **extra)
     env["TORCHINDUCTOR_CACHE_DIR"] = str(args.scratch / "inductor")
     env["TRITON_CACHE_DIR"] = str(args.scratch / "triton")
@@ -180,7 +181,7 @@ def check_step_metric(args: argparse.Namespace, cap: float) -> dict[str, Any]:
     ranks = args.scratch / "ranks"
     shutil.rmtree(ranks, ignore_errors=True)
     path = os.pathsep.join(filter(None, [str(HOOK_DIR), os.environ.get("PYTHONPATH")]))
-    env = _env(args, CUDA_VISIBLE_DEVICES="0", PYTHONPATH=path, TRCOMP_METRICS_DIR=str(ranks))
+    env = _env(args, CUDA_VISIBLE_DEVICES="0", PYTHONPATH=path, **{METRICS_DIR_ENV: str(ranks)})
     result = _body(args, "step-metric", cap, env)
     records = read_rank_records(ranks) if ranks.is_dir() else []
     if result["status"] != "ok":
@@ -240,7 +241,7 @@ def zero_code_env(scratch: Path, gpus: int, metrics_dir: Path) -> dict[str, str]
         metrics_dir=metrics_dir,
         scratch_dir=scratch / "zero-code-scratch",
     )
-    keep = ("TRCOMP_CONFIG", "TRCOMP_BACKEND", "TRCOMP_METRICS_DIR", "PYTHONPATH")
+    keep = (CONFIG_ENV, BACKEND_ENV, METRICS_DIR_ENV, "PYTHONPATH")
     return {key: built[key] for key in keep}
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trcomp.contract.env import PREFIX
 from trcomp_bench.rounds import load_average, median_step, round_order
 from trcomp_bench.versions import python_for
 
@@ -111,7 +112,7 @@ def _base_env(environ: Mapping[str, str]) -> dict[str, str]:
     env = {
         k: v
         for k, v in environ.items()
-        if not k.startswith(leaky) and not (k.startswith("TRCOMP_") and "PYTHON" not in k)
+        if not k.startswith(leaky) and not (k.startswith(PREFIX) and "PYTHON" not in k)
     }
     env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # what the tests use on this 2-core machine
     return env

@@ -50,6 +50,27 @@ GRANTS = {
         'allows s3:PutObject to "*" (anyone), under conditions trcomp does not evaluate',
     ),
     "acl-write": (None, f"its ACL grants WRITE to {OTHER_CANONICAL_ID}"),
+    # A policy variable in Resource is a wildcard; any partition's ARN names the bucket.
+    "username-variable": (
+        lambda b: _policy(
+            {"AWS": f"arn:aws:iam::{OTHER_ACCOUNT}:root"}, "s3:PutObject",
+            f"arn:aws:s3:::{b}/${{aws:username}}/*",
+        ),
+        f"allows s3:PutObject to AWS arn:aws:iam::{OTHER_ACCOUNT}:root",
+    ),
+    "us-gov-partition": (
+        lambda b: _policy(
+            {"AWS": f"arn:aws:iam::{OTHER_ACCOUNT}:root"}, "s3:PutObject",
+            f"arn:aws-us-gov:s3:::{b}/*",
+        ),
+        f"allows s3:PutObject to AWS arn:aws:iam::{OTHER_ACCOUNT}:root",
+    ),
+    "cn-partition": (
+        lambda b: _policy(
+            {"AWS": f"arn:aws:iam::{OTHER_ACCOUNT}:root"}, "s3:*", f"arn:aws-cn:s3:::{b}/compile/*",
+        ),
+        f"allows s3:PutObject to AWS arn:aws:iam::{OTHER_ACCOUNT}:root",
+    ),
 }  # fmt: skip
 
 

@@ -20,9 +20,11 @@ import pytest
 
 from tests.helpers.aws import aws_environment, moto_server
 from tests.helpers.redis_server import RedisServer, redis_server
+from trcomp.contract.env import REDIS_URL_ENV
 from trcomp.contract.shared_cache import KEY_ENV, KEY_SECRET_ENV, PREVIOUS_KEY_ENV
 from trcomp_container.caching.compat import compat_set
 from trcomp_container.caching.shared import SharedCache, open_shared_cache
+from trcomp_container.inprocess.redis_handoff import RedisHandoff
 
 COMPAT = compat_set(engine="inductor", gpu_listing=None)
 PASSWORD = "redis-pw-9d2a71"
@@ -68,20 +70,14 @@ def training_process(environment: dict[str, str]) -> Iterator[tuple[Any, Any]]:
 
     from trcomp_container.inprocess.patches import redis_backend
 
-    names = {*environment, KEY_ENV, PREVIOUS_KEY_ENV}
-    saved = {name: os.environ.pop(name, None) for name in names}
-    os.environ.update(environment)
-    guard = redis_backend.RedisGuard(lambda message: None)
+    handoff = RedisHandoff.from_env(environment)
+    guard = redis_backend.RedisGuard(lambda message: None, handoff=handoff)
     undo = redis_backend.install(remote_cache, guard)
     assert undo is not None
     try:
         yield remote_cache.RedisRemoteCacheBackend("trcomp-signing"), guard
     finally:
         undo()
-        for name, value in saved.items():
-            os.environ.pop(name, None)
-            if value is not None:
-                os.environ[name] = value
 
 
 def test_a_value_rewritten_in_redis_is_a_miss_and_counted(tls_redis, raw, tmp_path):
@@ -166,7 +162,7 @@ def test_the_key_reaches_the_training_processes_from_its_secret_and_torch_never_
     for name, value in cache.environment.items():
         monkeypatch.setenv(name, value)
     dumped = generate_env_vars_string()
-    assert "TORCHINDUCTOR_REDIS_URL" in dumped and KEY not in dumped
+    assert KEY not in dumped and REDIS_URL_ENV in cache.environment
 
 
 def test_the_training_process_record_counts_the_refused_values_in_one_warning(

@@ -26,10 +26,12 @@ import pytest
 from tests.helpers.aws import aws_environment, create_bucket, moto_server
 from tests.helpers.hung_server import hung_server, until_reached
 from tests.helpers.redis_server import redis_server
+from trcomp.contract.env import REDIS_PASSWORD_ENV, REDIS_URL_ENV, TORCH_REMOTE_CACHE_ENV
 from trcomp.contract.errors import SharedCacheError
 from trcomp_container.caching.compat import compat_set
 from trcomp_container.caching.shared import open_shared_cache
 from trcomp_container.caching.stores import DirectoryStore, Listed
+from trcomp_container.inprocess.redis_handoff import RedisHandoff
 
 COMPAT = compat_set(engine="inductor", gpu_listing=None)
 BUDGET_S = 1.0
@@ -164,10 +166,11 @@ def _round_trip_through_inductors_backend(environment: dict[str, str]) -> None:
 
     from trcomp_container.inprocess.patches import redis_backend
 
-    saved = {name: os.environ.get(name) for name in environment}
-    os.environ.update(environment)
     warned: list[str] = []
-    undo = redis_backend.install(remote_cache, redis_backend.RedisGuard(warned.append))
+    handoff = RedisHandoff.from_env(environment)
+    undo = redis_backend.install(
+        remote_cache, redis_backend.RedisGuard(warned.append, handoff=handoff)
+    )
     assert undo is not None
     try:
         backend = remote_cache.RedisRemoteCacheBackend("trcomp-test")
@@ -175,11 +178,6 @@ def _round_trip_through_inductors_backend(environment: dict[str, str]) -> None:
         assert backend.get("pt2:trcomp-test") == b"compiled", warned
     finally:
         undo()
-        for name, value in saved.items():
-            if value is None:
-                del os.environ[name]
-            else:
-                os.environ[name] = value
 
 
 @contextlib.contextmanager
@@ -256,11 +254,11 @@ def test_a_remote_job_reads_a_tls_redis_with_the_password_from_its_environment(t
     environ = {"TRCOMP_REDIS_PASSWORD": PASSWORD, "TRCOMP_REDIS_CA_CERTS": tls_redis.ca_certs}
     cache = _open(tls_redis.url, tmp_path / "live", remote_job=True, environ=environ, timeout_s=30)
     assert cache.facts["remote_cache"] is True, cache.warnings
-    url = cache.environment["TORCHINDUCTOR_REDIS_URL"]
+    url = cache.environment[REDIS_URL_ENV]
     assert url.startswith("rediss://") and "socket_timeout=" in url
     assert PASSWORD not in str(cache.facts) and PASSWORD not in cache.location.shown
 
-    assert PASSWORD not in url and cache.environment["TRCOMP_REDIS_PASSWORD"] == PASSWORD
+    assert PASSWORD not in url and cache.environment[REDIS_PASSWORD_ENV] == PASSWORD
     _round_trip_through_inductors_backend(cache.environment)
     assert _open(tls_redis.url, tmp_path / "b", environ=environ, timeout_s=30).warm is True
 
@@ -286,7 +284,7 @@ def test_the_redis_password_is_in_no_variable_torch_writes_into_its_repro_script
     for name, value in cache.environment.items():
         monkeypatch.setenv(name, value)
     dumped = generate_env_vars_string()
-    assert "TORCHINDUCTOR_REDIS_URL" in dumped and PASSWORD not in dumped  # in it before
+    assert PASSWORD not in dumped and not set(TORCH_REMOTE_CACHE_ENV) & set(cache.environment)
     _round_trip_through_inductors_backend(cache.environment)  # the guard gives the password
 
 
@@ -297,7 +295,7 @@ def test_a_local_jobs_plain_redis_turns_inductors_remote_caches_on(tmp_path):
         cache = _open(server.url, tmp_path / "live", timeout_s=30)
         assert cache.facts["remote_cache"] is True, cache.warnings
         assert cache.facts["kind"] == "redis" and cache.warm is False  # nothing stored yet
-        url = cache.environment["TORCHINDUCTOR_REDIS_URL"]
+        url = cache.environment[REDIS_URL_ENV]
         assert url.startswith("redis://") and "socket_timeout=" in url
         _round_trip_through_inductors_backend(cache.environment)
         assert _open(server.url, tmp_path / "b", timeout_s=30).warm is True
@@ -374,10 +372,10 @@ def test_a_redis_that_stops_answering_mid_job_does_not_fail_the_compile(tmp_path
     )
     with hung_server() as (port, accepted):
         env = {
-            "TORCHINDUCTOR_REDIS_URL": f"redis://127.0.0.1:{port}/0?socket_timeout=2"
-            "&socket_connect_timeout=2",
-            "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1",
-            "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE": "1",
+            **RedisHandoff(
+                f"redis://127.0.0.1:{port}/0?socket_timeout=2&socket_connect_timeout=2",
+                ("fx_graph", "autograd"),
+            ).to_env(),
             "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
         }
         child = run_hooked(tmp_path, code, extra_env=env)
@@ -399,21 +397,28 @@ print(json.dumps([inductor.fx_graph_remote_cache, functorch.enable_remote_autogr
 
 
 @pytest.mark.parametrize("gpu", [False, True])
-def test_the_remote_cache_variables_are_the_ones_this_torch_reads(gpu):
-    # The names are torch's, read when its config modules are imported (torch 2.9 and
-    # 2.14 alike): a renamed one would leave a shared Redis cache silently unused.
+def test_the_hook_turns_on_the_remote_caches_of_the_handoff_and_nothing_else_does(gpu, tmp_path):
+    # The flags are torch's (torch 2.9 and 2.14 alike): a renamed one would leave a shared
+    # Redis cache silently unused. Only the start-up hook turns them on; a process without
+    # it (python -I, or no metrics variable) gets the job's variables and none of them on.
+    from tests.helpers.hook import run_hooked
     from trcomp.contract.shared_cache import parse_location
     from trcomp_container.caching.redis_cache import redis_environment
 
     env = redis_environment(parse_location("redis://cache-host:6379/0"), gpu=gpu)
+    assert not set(TORCH_REMOTE_CACHE_ENV) & set(env)
+    hooked = run_hooked(tmp_path, _REMOTE_CACHE_CONFIG, extra_env=env)
+    assert hooked.returncode == 0, hooked.stderr[-2000:]
+    fx, autograd, pgo, autotune, bundled = json.loads(hooked.stdout.strip().splitlines()[-1])
+    assert fx is True and autograd is True and pgo is True
+    assert autotune is bundled is (True if gpu else None)
+
     child = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "TORCH_"))}
     done = subprocess.run(
-        [sys.executable, "-c", _REMOTE_CACHE_CONFIG],
+        [sys.executable, "-I", "-c", _REMOTE_CACHE_CONFIG],
         env={**child, **env},
         capture_output=True,
         text=True,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    fx, autograd, pgo, autotune, bundled = json.loads(done.stdout.strip().splitlines()[-1])
-    assert fx is True and autograd is True and pgo is True
-    assert autotune is bundled is (True if gpu else None)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [None] * 5  # was all on

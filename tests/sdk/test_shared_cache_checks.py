@@ -305,3 +305,76 @@ def test_a_bucket_another_account_may_write_needs_a_key_before_the_job(moto, rol
     keyed = {"TRCOMP_SHARED_CACHE_KEY_SECRET": SECRET_ARN}
     _estimator(tmp_path, role, uri, "ml.g5.xlarge", environment=keyed).fit(wait=False)
     assert len(moto.json_requests("CreateTrainingJob")) == before + 1
+
+
+KEY = "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        # Read from a file: the job strips the newline, and so does the check.
+        (
+            {
+                "environment": {"TRCOMP_SHARED_CACHE_KEY": KEY + "\n"},
+                "hyperparameters": {"signing": KEY},
+            },
+            "hyperparameter 'signing' holds a shared cache secret",
+        ),
+        (
+            {
+                "environment": {"TRCOMP_SHARED_CACHE_KEY": f"  {KEY}\r\n"},
+                "hyperparameters": {"args": json.dumps({"k": KEY})},
+            },
+            "hyperparameter 'args' holds a shared cache secret",
+        ),
+        # Near names, in hyperparameters and in the environment.
+        ({"hyperparameters": {"MY_TRCOMP_SHARED_CACHE_KEY": KEY}}, "'MY_TRCOMP_SHARED_CACHE_KEY'"),
+        ({"hyperparameters": {"shared.cache.key": KEY}}, "hyperparameter 'shared.cache.key'"),
+        ({"environment": {"trcomp_shared_cache_key": KEY}}, "'trcomp_shared_cache_key' looks"),
+        ({"environment": {"MY_TRCOMP_SHARED_CACHE_KEY": KEY}}, "which no job reads"),
+        ({"environment": {"Trcomp_Redis_Password_Secret": SECRET_ARN}}, "under another name"),
+        # A key pasted where the secret's name or ARN goes.
+        ({"environment": {"TRCOMP_SHARED_CACHE_KEY_SECRET": KEY}}, "looks like key material"),
+        (
+            {"environment": {"TRCOMP_SHARED_CACHE_KEY_SECRET": "q3Z9k2Lm0Rt7Xw4Yb8Nc1Vd6Hs5Jf3Gp"}},
+            "looks like key material",
+        ),
+        (
+            {"environment": {"TRCOMP_SHARED_CACHE_KEY_SECRET": KEY + "\n"}},
+            "is not a secret's name or ARN",
+        ),
+        (
+            {"environment": {"TRCOMP_REDIS_PASSWORD_SECRET": "correct horse battery"}},
+            "TRCOMP_REDIS_PASSWORD_SECRET must name a secret",
+        ),
+    ],
+)
+def test_a_stripped_key_a_near_name_or_a_pasted_key_never_reaches_a_job(
+    moto, role, tmp_path, kwargs, says
+):
+    before = len(moto.json_requests("CreateTrainingJob"))
+    values = [*kwargs.get("environment", {}).values(), KEY]
+    for instance_type in ("ml.g5.xlarge", "local_process"):
+        out = tmp_path / "out"
+        local = {"output_path": f"file://{out}"} if instance_type == "local_process" else {}
+        estimator = _estimator(tmp_path, role, OWN, instance_type, **local, **kwargs)
+        with pytest.raises(SharedCacheError, match=says) as caught:
+            estimator.fit(wait=instance_type == "local_process", job_name="near-key")
+        message = str(caught.value)
+        assert not [v for v in values if v.strip() in message], message  # never echoed
+        assert not out.exists()
+    assert len(moto.json_requests("CreateTrainingJob")) == before
+
+
+@pytest.mark.parametrize(
+    "reference", [SECRET_ARN, "team/trcomp-cache-key", "TrcompSharedCacheKey2024", "prod_key.v2"]
+)
+def test_a_secret_name_or_arn_is_submitted_as_it_is(moto, role, tmp_path, reference):
+    environment = {"TRCOMP_SHARED_CACHE_KEY_SECRET": reference}
+    name = f"secret-ref-{abs(hash(reference)) % 10_000}"
+    _estimator(tmp_path, role, OWN, "ml.g5.xlarge", environment=environment).fit(
+        wait=False, job_name=name
+    )
+    (sent,) = [r for r in moto.json_requests("CreateTrainingJob") if r["TrainingJobName"] == name]
+    assert sent["Environment"]["TRCOMP_SHARED_CACHE_KEY_SECRET"] == reference

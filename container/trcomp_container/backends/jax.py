@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from trcomp.contract.config import TrainingCompilerConfig
+from trcomp.contract.env import XLA_ENGINE_ENV
 from trcomp_container.backends.xla import merge_xla_flags
 from trcomp_container.devices import Devices
 
@@ -38,7 +39,7 @@ def environment(
     env = {
         # transformers must not move models to torch-xla's device on this engine.
         "USE_TORCH_XLA": "0",
-        "TRCOMP_XLA_ENGINE": "jax",
+        XLA_ENGINE_ENV: "jax",
         "JAX_PLATFORMS": jax_platform(devices),
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
     }

@@ -18,6 +18,10 @@ is refused once the stream passes the limit, before tarfile holds it), no
 sparse files, no name twice, every name in the manifest with its size. It all goes to a staging dir
 first; :func:`move_staged` then moves it into the live cache in one go, so a
 bad entry leaves the live cache as it was.
+
+A writer puts regular files only: a symbolic or hard link in the live cache is
+left out and named (:func:`files_of`), never packed as a link member that every
+reader would refuse, spoiling the whole entry.
 """
 
 from __future__ import annotations
@@ -30,13 +34,14 @@ import json
 import os
 import re
 import shutil
+import stat as stat_module
 import tarfile
 import tempfile
 import time
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePath, PurePosixPath
 
 from trcomp_container.caching.compat import CompatSet
 from trcomp_container.caching.lineage import is_transient
@@ -305,8 +310,11 @@ def stamp(path: Path) -> Stamp:
     no one outside the job sets, are what tell a file the job wrote again from the one it
     was given; a rewrite in place changes the ctime, an atomic rename the inode.
     """
-    stat = path.stat()
-    return stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino
+    return _stamp(path.stat())
+
+
+def _stamp(info: os.stat_result) -> Stamp:
+    return info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino
 
 
 _NOT_SHARED = frozenset({"precompiled_headers"})
@@ -316,27 +324,60 @@ compatibility set does not name; gzip of it alone outlasts the write budget. The
 lineage's own cache (the checkpoint location) keeps it."""
 
 
-def files_of(live: Path, skip: Mapping[str, Stamp]) -> list[tuple[str, Path]]:
+def files_of(
+    live: Path, skip: Mapping[str, Stamp], links: list[str] | None = None
+) -> list[tuple[str, Path]]:
     """The lasting, shareable files of ``live``, but those in ``skip`` with the same
-    :func:`stamp`."""
+    :func:`stamp`.
+
+    Only regular files with one name count. A symbolic link (to a file or a directory)
+    or a file with several names (a hard link) is left out, its relative path appended
+    to ``links``: an entry holds regular files only (its readers refuse anything else),
+    and a link could carry in what lies outside the live cache.
+    """
+    return [(relative, path) for relative, path, _ in _walk(live, skip, links)]
+
+
+def _walk(
+    live: Path, skip: Mapping[str, Stamp], links: list[str] | None
+) -> list[tuple[str, Path, os.stat_result]]:
     found = []
     for root, dirs, files in os.walk(live):
         here = Path(root)
         relative_root = here.relative_to(live)
-        dirs[:] = sorted(
-            d for d in dirs if not is_transient(relative_root / d) and d not in _NOT_SHARED
-        )
+        kept = []
+        for name in sorted(dirs):
+            if is_transient(relative_root / name) or name in _NOT_SHARED:
+                continue
+            if (here / name).is_symlink():  # os.walk lists it, and does not enter it
+                _note(links, relative_root / name)
+                continue
+            kept.append(name)
+        dirs[:] = kept
         for name in sorted(files):
             relative = relative_root / name
             if is_transient(relative):
                 continue
             try:
-                if skip.get(relative.as_posix()) == stamp(here / name):
-                    continue  # read from the shared cache or the lineage, and unchanged
+                info = os.lstat(here / name)
             except OSError:
                 continue
-            found.append((relative.as_posix(), here / name))
+            if stat_module.S_ISLNK(info.st_mode) or (
+                stat_module.S_ISREG(info.st_mode) and info.st_nlink > 1
+            ):
+                _note(links, relative)
+                continue
+            if not stat_module.S_ISREG(info.st_mode) or skip.get(relative.as_posix()) == _stamp(
+                info
+            ):
+                continue  # not a file; or read from the shared cache or the lineage, unchanged
+            found.append((relative.as_posix(), here / name, info))
     return found
+
+
+def _note(links: list[str] | None, relative: PurePath) -> None:
+    if links is not None:
+        links.append(relative.as_posix())
 
 
 def write_entry(
@@ -347,27 +388,57 @@ def write_entry(
     skip: Mapping[str, Stamp],
     key: bytes | None = None,
     commit: Commit,
+    links: list[str] | None = None,
 ) -> tuple[str, int, int] | None:
     """Put the files of ``live`` as one entry (signed with ``key``), but those in ``skip``;
     the entry appears inside ``commit()`` (the write budget's).
 
     Returns ``(name, files, bytes)``; ``None`` when the job added or changed
-    nothing (a dynamo PGO state it updated counts as changed).
+    nothing (a dynamo PGO state it updated counts as changed). Links are left out
+    and named in ``links`` (:func:`files_of`). Each file is opened without following
+    a link and must still be the file that was listed (same inode, one name, same
+    size); one that is not refuses the write before anything is put, so an entry
+    is never written that its readers would refuse.
     """
-    files = [(rel, path) for rel, path in files_of(live, skip) if path.is_file()]
+    files = _walk(live, skip, links)
     if not files:
         return None
     with tempfile.TemporaryDirectory(prefix="trcomp-entry-") as tmp:
         archive = Path(tmp) / "entry.tar.gz"
-        sizes = {rel: path.stat().st_size for rel, path in files}
+        sizes = {rel: info.st_size for rel, _, info in files}
         manifest = {"format": FORMAT, "key": compat.key, "compat": compat, "files": sizes}
         with tarfile.open(archive, "w:gz") as tar:
             body = json.dumps(manifest, sort_keys=True).encode()
             info = tarfile.TarInfo("manifest.json")
             info.size = len(body)
             tar.addfile(info, io.BytesIO(body))
-            for rel, path in files:
-                tar.add(path, arcname=f"files/{rel}", recursive=False)
+            for rel, path, listed in files:
+                _add_file(tar, rel, path, listed)
         name = entry_name(_sha256(archive), compat.key, key)
         store.put(name, archive, commit)
         return name, len(files), archive.stat().st_size
+
+
+def _add_file(tar: tarfile.TarFile, relative: str, path: Path, listed: os.stat_result) -> None:
+    """Add ``path`` as a regular member, read through a handle that followed no link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise EntryError(
+            f"{relative} could not be opened as a file ({exc}): nothing written"
+        ) from None
+    with os.fdopen(fd, "rb") as handle:
+        now = os.fstat(handle.fileno())
+        same = (now.st_dev, now.st_ino, now.st_size) == (
+            listed.st_dev, listed.st_ino, listed.st_size,
+        )  # fmt: skip
+        if not same or not stat_module.S_ISREG(now.st_mode) or now.st_nlink > 1:
+            raise EntryError(
+                f"{relative} changed while the entry was written (replaced, linked or "
+                "resized): nothing was written"
+            )
+        member = tarfile.TarInfo(f"files/{relative}")
+        member.size = now.st_size
+        member.mtime = int(now.st_mtime)
+        member.mode = stat_module.S_IMODE(now.st_mode)
+        tar.addfile(member, handle)

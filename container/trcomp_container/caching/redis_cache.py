@@ -1,21 +1,21 @@
 """A ``redis://`` or ``rediss://`` shared cache: inductor's own remote caches.
 
 Inductor (torch 2.9) reads and writes Redis itself while the job compiles
-(FX graph, AOTAutograd, autotune, bundled autotune, dynamo PGO), through one
-``TORCHINDUCTOR_REDIS_URL``. The entrypoint builds that URL in the job, never
-in the hyperparameters, and never with the password: torch writes every
-variable whose name holds TORCH, INDUCTOR, DYNAMO or TRITON into its repro
-scripts (``fx_graph_runnable.py``, ``debug=True``). The password, from
-:data:`REDIS_PASSWORD_ENV` or a Secrets Manager secret, reaches the training
-processes as :data:`REDIS_PASSWORD_ENV`, and the start-up hook's Redis guard
-gives it to inductor's client (:mod:`trcomp_container.inprocess.patches.redis_backend`).
-The team's key, from the environment or its secret, reaches them the same way
-(:data:`KEY_ENV`, and :data:`PREVIOUS_KEY_ENV` while the team rotates keys): the
-guard signs every value inductor stores and refuses every value no key signed.
-The URL has socket timeouts (redis-py's default waits forever in
+(FX graph, AOTAutograd, autotune, bundled autotune, dynamo PGO). The entrypoint
+builds the URL in the job, never in the hyperparameters, and never with the
+password, and hands it to the start-up hook with the password and the team's keys
+(from the environment or their secrets) as a
+:class:`~trcomp_container.inprocess.redis_handoff.RedisHandoff`: the hook takes it
+out of the environment as it starts, turns the remote caches on in its own process,
+gives inductor's backend a client with the password, signs every value inductor
+stores and refuses every value no key signed
+(:mod:`trcomp_container.inprocess.patches.redis_backend`). torch's own variables
+(``TORCHINDUCTOR_REDIS_URL``, ``TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE``...) are never
+set: a process without the hook would read them, and Redis, unsigned. The URL has
+socket timeouts (redis-py's default waits forever in
 older versions, and torch marks the cache unavailable only on connection
-errors), and the CA bundle of a ``rediss://`` server. Before it sets any
-``TORCHINDUCTOR_*`` remote-cache variable it checks, within the budget, that
+errors), and the CA bundle of a ``rediss://`` server. Before it hands anything on it
+checks, within the budget, that
 the server answers; when it does not, the job gets none of them and compiles
 cold instead of waiting on every lookup.
 """
@@ -26,17 +26,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlencode
 
+from trcomp.contract.env import REDIS_CA_ENV, REDIS_PASSWORD_ENV, REDIS_PASSWORD_SECRET_ENV
 from trcomp.contract.errors import SharedCacheError
-from trcomp.contract.shared_cache import (
-    KEY_ENV,
-    PREVIOUS_KEY_ENV,
-    REDIS_CA_ENV,
-    REDIS_PASSWORD_ENV,
-    REDIS_PASSWORD_SECRET_ENV,
-    SharedCacheLocation,
-)
+from trcomp.contract.shared_cache import SharedCacheLocation
 from trcomp_container.caching.budget import Budget
 from trcomp_container.caching.cache_secrets import read_secret, verifying_keys
+from trcomp_container.inprocess.redis_handoff import RedisHandoff
 
 __all__ = [
     "SCAN_COUNT",
@@ -84,29 +79,21 @@ def redis_environment(
     password: str | None = None,
     keys: tuple[bytes, ...] = (),
 ) -> dict[str, str]:
-    """Inductor's remote caches on Redis (torch 2.9 names; the image has ``redis``).
+    """The start-up hook's handoff of inductor's remote caches on Redis (the image has
+    ``redis``), as the training processes' variables (:class:`RedisHandoff`).
 
-    ``url`` carries no password (:func:`redis_url` with ``None``); ``password`` goes in
-    :data:`REDIS_PASSWORD_ENV`, a name torch neither reads nor writes into its repro
-    scripts; so do ``keys`` (the current key, then the previous one) in :data:`KEY_ENV`
-    and :data:`PREVIOUS_KEY_ENV`. The autotune caches only on GPU hosts: they tune triton
+    ``url`` carries no password (:func:`redis_url` with ``None``); ``password`` and
+    ``keys`` (the current key, then the previous one) travel beside it, under names torch
+    neither reads nor writes into its repro scripts, and the hook takes all of them out of
+    the environment as it starts. The autotune caches only on GPU hosts: they tune triton
     kernels, and on CPU torch 2.9's bundled autotune cache fails every compile (no
     backend hash).
     """
-    env = {
-        "TORCHINDUCTOR_REDIS_URL": url or redis_url(location, None),
-        "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1",
-        "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE": "1",
-        "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_REMOTE_PGO": "1",
-    }
+    caches: tuple[str, ...] = ("fx_graph", "autograd", "dynamo_pgo")
     if gpu:
-        env["TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE"] = "1"
-        env["TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE"] = "1"
-    if password:
-        env[REDIS_PASSWORD_ENV] = password
-    for name, key in zip((KEY_ENV, PREVIOUS_KEY_ENV), keys, strict=False):
-        env[name] = key.decode()
-    return env
+        caches += ("autotune", "bundled_autotune")
+    handoff = RedisHandoff(url or redis_url(location, None), caches, password or None, keys)
+    return handoff.to_env()
 
 
 def redis_password(environ: Mapping[str, str], *, timeout_s: float) -> str | None:

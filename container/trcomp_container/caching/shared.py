@@ -61,6 +61,8 @@ DEFAULT_TIMEOUT_S = 5.0
 _DEFAULT_MAX_READ_BYTES = 4 << 30
 NAMED_SKIPS = 5
 """Skipped entries named in a warning each; the rest are counted in one."""
+NAMED_LINKS = 20
+"""Links left out of the job's entry named in its facts (``links_left_out``)."""
 
 
 @dataclass
@@ -118,6 +120,7 @@ class SharedCache:
             self.facts["not_written"] = "the job's first host writes its entry"
             return self.facts
         store, budget = self.store, Budget(self.timeout_s, name="trcomp-shared-write")
+        links: list[str] = []
         try:
             done, written = budget.run(
                 lambda: write_entry(
@@ -127,6 +130,7 @@ class SharedCache:
                     skip={**self.read, **self.from_lineage},
                     key=self.key,
                     commit=budget.commit,
+                    links=links,
                 )
             )
         # Broad on purpose: the store is boto3 or a file system, whose errors (a full
@@ -134,6 +138,8 @@ class SharedCache:
         except Exception as exc:
             self._warn(f"could not write the shared compile cache at {store.where}: {exc}")
             return self.facts
+        finally:
+            self._note_links(links)
         if not done:
             self.facts["write_budget_hit"] = True
             self._warn(
@@ -145,6 +151,20 @@ class SharedCache:
             self.facts.update(entry_written=written[0], files_written=written[1])
             self.facts["bytes_written"] = written[2]
         return self.facts
+
+    def _note_links(self, links: list[str]) -> None:
+        """Name the links the job's entry left out (:func:`~.entry.files_of`)."""
+        if not links:
+            return
+        shown = sorted(set(links))
+        self.facts["links_left_out"] = shown[:NAMED_LINKS]
+        self.facts["links_left_out_count"] = len(shown)
+        more = f" and {len(shown) - NAMED_SKIPS} more" if len(shown) > NAMED_SKIPS else ""
+        self._warn(
+            f"{len(shown)} link(s) in the live compile cache were left out of the job's shared "
+            f"entry ({', '.join(shown[:NAMED_SKIPS])}{more}): an entry holds regular files "
+            "only. The rest was written; whatever made the links compiles those again."
+        )
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)

@@ -27,11 +27,10 @@ def _chain_next_sitecustomize() -> None:
     spec.loader.exec_module(module)
 
 
-if os.environ.get("TRCOMP_METRICS_DIR"):
-    try:
-        from trcomp_container.inprocess import start
+try:  # start() reads the environment (TRCOMP_METRICS_DIR): without it the hook stays off
+    from trcomp_container.inprocess import start
 
-        start()
-    except Exception as exc:  # the shim's no-harm boundary: the script runs without the hook
-        print(f"[trcomp] start-up hook disabled: {type(exc).__name__}: {exc}", file=sys.stderr)
+    start()
+except Exception as exc:  # the shim's no-harm boundary: the script runs without the hook
+    print(f"[trcomp] start-up hook disabled: {type(exc).__name__}: {exc}", file=sys.stderr)
 _chain_next_sitecustomize()

@@ -129,16 +129,17 @@ class Session:
         """Install the import finder, the exception hook and the exit hook."""
         global _session
         _session = self
-        finder = AfterImport(
-            {
-                "torch": self._after_torch,
-                "torch._dynamo": self._after_dynamo,
-                "torch._inductor.codecache": self._after_codecache,
-                "torch._inductor.remote_cache": self._after_remote_cache,
-                "torch_xla": self._after_torch_xla,
-            },
-            self._run_import_callback,
-        )
+        callbacks = {
+            "torch": self._after_torch,
+            "torch._dynamo": self._after_dynamo,
+            "torch._inductor.codecache": self._after_codecache,
+            "torch._inductor.remote_cache": self._after_remote_cache,
+            "torch_xla": self._after_torch_xla,
+        }
+        if self.settings.redis is not None:  # inductor's remote caches: on here, nowhere else
+            for module in {where for where, _ in torch_compat.REMOTE_CACHE_FLAGS.values()}:
+                callbacks[module] = self._turn_on_remote_caches
+        finder = AfterImport(callbacks, self._run_import_callback)
         self.ledger.record("sys.meta_path: import finder", finder.install())
         sys.excepthook = self._except_hook
         self.ledger.record("sys.excepthook", self._restore_except_hook)
@@ -208,12 +209,20 @@ class Session:
             if undo is not None:
                 self.ledger.record("inductor: precompiled header folder", undo)
 
+    def _turn_on_remote_caches(self, config: ModuleType) -> None:
+        """A Redis shared cache: the job's remote caches whose flags ``config`` holds, on in
+        this process only (torch's variables would turn them on in any process, hook or not)."""
+        if self.settings.redis is None:
+            return
+        undo = torch_compat.set_remote_cache_flags(config.__name__, self.settings.redis.caches)
+        self.ledger.record(f"{config.__name__}: remote caches on", undo)
+
     def _after_remote_cache(self, remote_cache: ModuleType) -> None:
-        if not self.settings.redis_url:
+        if self.settings.redis is None:
             return
         from trcomp_container.inprocess.patches import redis_backend
 
-        guard = redis_backend.RedisGuard(self.warn)
+        guard = redis_backend.RedisGuard(self.warn, handoff=self.settings.redis)
         undo = redis_backend.install(remote_cache, guard)
         if undo is None:
             self.warn(

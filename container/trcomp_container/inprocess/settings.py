@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Settings"]
+from trcomp.contract.env import CACHE_DIR_ENV, COMPILER_DIR_ENV, CONFIG_ENV, METRICS_DIR_ENV
+from trcomp_container.inprocess.redis_handoff import RedisHandoff
 
-_CONFIG = "TRCOMP_CONFIG"
+__all__ = ["Settings"]
 
 
 @dataclass(frozen=True)
@@ -41,18 +42,24 @@ class Settings:
     """``TRCOMP_COMPILER_DIR``: where debug reports go (``debug=True``)."""
     inductor_cache_dir: str | None = None
     """``TORCHINDUCTOR_CACHE_DIR``: inductor's cache (the precompiled headers go there too)."""
-    redis_url: bool = False
-    """Whether ``TORCHINDUCTOR_REDIS_URL`` is set (inductor's remote cache on Redis)."""
+    redis: RedisHandoff | None = field(default=None, repr=False)
+    """A Redis shared cache's URL, caches, password and keys (:mod:`.redis_handoff`),
+    taken out of the process's environment as the hook starts; None: no Redis cache here."""
     config_text: str | None = field(default=None, repr=False)
     _config: list[Any] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Read the process environment (``environ``: for tests)."""
+        """Read the process environment (``environ``: for tests). From the process's own,
+        with the hook on, the Redis handoff is taken out (:meth:`.RedisHandoff.take`)."""
         env = os.environ if environ is None else environ
-        metrics = env.get("TRCOMP_METRICS_DIR")
-        cache = env.get("TRCOMP_CACHE_DIR")
-        compiler = env.get("TRCOMP_COMPILER_DIR")
+        metrics = env.get(METRICS_DIR_ENV)
+        cache = env.get(CACHE_DIR_ENV)
+        compiler = env.get(COMPILER_DIR_ENV)
+        if environ is None and metrics:
+            redis = RedisHandoff.take(os.environ)
+        else:
+            redis = RedisHandoff.from_env(env) if metrics else None
         return cls(
             metrics_dir=Path(metrics) if metrics else None,
             rank=int(env.get("RANK", "0") or 0),
@@ -61,8 +68,8 @@ class Settings:
             cache_dir=Path(cache) if cache else None,
             compiler_dir=Path(compiler) if compiler else None,
             inductor_cache_dir=env.get("TORCHINDUCTOR_CACHE_DIR") or None,
-            redis_url=bool(env.get("TORCHINDUCTOR_REDIS_URL")),
-            config_text=env.get(_CONFIG) or None,
+            redis=redis,
+            config_text=env.get(CONFIG_ENV) or None,
         )
 
     @property

@@ -22,6 +22,7 @@ __all__ = [
     "COMPILED_CALL_IMPL",
     "MODULE_HOOK_NAMES",
     "REDIS_BACKEND_METHODS",
+    "REMOTE_CACHE_FLAGS",
     "backend_of",
     "backward_compile_seconds",
     "c10d_store",
@@ -42,6 +43,7 @@ __all__ = [
     "redis_backend_class",
     "register_compile_callbacks",
     "set_compiled_call_impl",
+    "set_remote_cache_flags",
     "unique_graphs",
     "unsupported_serialization_guards",
 ]
@@ -62,6 +64,16 @@ CODECACHE_HEADER_NAMES = ("_HEADER_DIR", "_HEADER_LOCK_DIR")
 """Where inductor keeps precompiled headers (``torch._inductor.codecache``)."""
 REDIS_BACKEND_METHODS = ("_get", "_put")
 """The two methods of inductor's ``RedisRemoteCacheBackend`` that talk to Redis."""
+REMOTE_CACHE_FLAGS = {
+    "fx_graph": ("torch._inductor.config", "fx_graph_remote_cache"),
+    "autograd": ("torch._functorch.config", "enable_remote_autograd_cache"),
+    "dynamo_pgo": ("torch._dynamo.config", "automatic_dynamic_remote_pgo"),
+    "autotune": ("torch._inductor.config", "autotune_remote_cache"),
+    "bundled_autotune": ("torch._inductor.config", "bundled_autotune_remote_cache"),
+}
+"""Each remote cache of inductor (the Redis handoff's names) -> the config module and flag
+that turn it on (torch 2.9; torch reads their ``TORCHINDUCTOR_*`` variables at import only,
+so set here they hold in this process and no other)."""
 
 
 def _loaded(name: str) -> ModuleType | None:
@@ -234,6 +246,23 @@ def redis_backend_class(remote_cache: ModuleType) -> type | None:
     if not all(callable(getattr(backend, name, None)) for name in REDIS_BACKEND_METHODS):
         return None
     return backend
+
+
+def set_remote_cache_flags(module_name: str, caches: tuple[str, ...]) -> Callable[[], None]:
+    """Turn on, in the config module ``module_name`` (just imported), the flags of ``caches``
+    that live there; returns the undo."""
+    module = importlib.import_module(module_name)
+    flags = [flag for cache, (where, flag) in REMOTE_CACHE_FLAGS.items()
+             if where == module_name and cache in caches]  # fmt: skip
+    before = {flag: getattr(module, flag) for flag in flags}
+    for flag in flags:
+        setattr(module, flag, True)
+
+    def undo() -> None:
+        for flag, value in before.items():
+            setattr(module, flag, value)
+
+    return undo
 
 
 def c10d_store() -> Any:

@@ -35,11 +35,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from trcomp.contract.env import COMPILE_TURNS_ENV
 from trcomp_container.inprocess import torch_compat
 
 __all__ = ["GRACE_S", "MAX_WAIT_S", "OFF_ENV", "Turns"]
 
-OFF_ENV = "TRCOMP_COMPILE_TURNS"
+OFF_ENV = COMPILE_TURNS_ENV
 """Set to ``0``: the ranks of a host compile at once, each for itself (as without trcomp)."""
 GRACE_S = 30.0
 """How long a rank waits for the host's first rank to begin the same compile."""

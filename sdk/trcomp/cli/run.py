@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trcomp._sdk_compat import current_job_name
+from trcomp.contract.env import ROLE_ENV
 from trcomp.contract.errors import TrcompError
 from trcomp.contract.instances import DOCKER_LOCAL_MODES, PROCESS_MODE
 
@@ -91,7 +92,7 @@ def register(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:  
     )
     parser.add_argument(
         "--role",
-        default=os.environ.get("TRCOMP_ROLE"),
+        default=os.environ.get(ROLE_ENV),
         help="SageMaker execution role ARN (default: $TRCOMP_ROLE)",
     )
     parser.add_argument("--output-path", help="where model and output go (s3:// or file://)")

@@ -9,7 +9,8 @@ What counts as someone else's write:
 
 - a bucket policy statement with ``"Effect": "Allow"`` whose actions (its
   ``Action`` patterns, or all that its ``NotAction`` leaves out) include one of
-  :data:`WRITE_ACTIONS`, whose resources may cover the cache's prefix, for a
+  :data:`WRITE_ACTIONS`, whose resources may cover the cache's prefix (in any
+  partition; a policy variable such as ``${aws:username}`` read as ``*``), for a
   principal other than the bucket's account: ``"*"``, another account, an AWS
   service, a federated user, or everyone but some (``NotPrincipal``).
   Conditions are not evaluated (``"*"`` limited to an organization is still
@@ -34,6 +35,11 @@ PUBLIC_GROUPS = (
     "http://acs.amazonaws.com/groups/global/AuthenticatedUsers",
 )
 _WRITE_PERMISSIONS = ("WRITE", "WRITE_ACP", "FULL_CONTROL")
+# Where a Resource stops being literal: a wildcard, or a policy variable (``${...}``,
+# which IAM fills in per request; ``${*}`` and the like stand for one character).
+_WILDCARD = re.compile(r"[*?]|\$\{")
+# The partition of an ARN ("aws", "aws-us-gov", "aws-cn", ...): any names the bucket.
+_PARTITION = re.compile(r"^arn:[^:*?]*:")
 
 
 def _listed(value: Any) -> list[str]:
@@ -59,15 +65,28 @@ def _write_actions(statement: Mapping[str, Any]) -> list[str]:
 
 
 def _covers(statement: Mapping[str, Any], bucket: str, prefix: str) -> bool:
-    """Whether the statement's resources may include the bucket or objects under ``prefix``."""
+    """Whether the statement's resources may include the bucket or objects under ``prefix``.
+
+    Read as a grant, never narrower than it may be: an ARN of any partition
+    (``arn:aws:``, ``arn:aws-us-gov:``, ``arn:aws-cn:``, ...) names the bucket, and a
+    policy variable (``${aws:username}``) matches anything, as ``*`` does.
+    """
     if "NotResource" in statement or "Resource" not in statement:
         return True
     target = f"arn:aws:s3:::{bucket}/" + (f"{prefix.strip('/')}/" if prefix.strip("/") else "")
     for pattern in _listed(statement["Resource"]):
-        head = re.split(r"[*?]", pattern, maxsplit=1)[0]
+        head = _literal_head(pattern)
         if target.startswith(head) or head.startswith(target):
             return True
     return False
+
+
+def _literal_head(pattern: str) -> str:
+    """What every ARN ``pattern`` matches starts with, in the partition ``aws``."""
+    head = _WILDCARD.split(pattern, maxsplit=1)[0]
+    if head.startswith("arn:") and head.count(":") < 2:
+        return "arn:"  # the partition itself is a pattern ("arn:aws-*:s3:::...")
+    return _PARTITION.sub("arn:aws:", head, count=1)
 
 
 def _account_of(value: str) -> str | None:

@@ -34,7 +34,8 @@ class UnsupportedJobError(TrcompError):
 
 
 class HyperparameterLimitError(TrcompError):
-    """A hyperparameter breaks a SageMaker limit (key or value length, count)."""
+    """A hyperparameter breaks a SageMaker limit (key or value length, count), or has a name
+    the training toolkit cannot pass to the script (one holding ``=``)."""
 
 
 class LocalModeError(TrcompError):

@@ -1,10 +1,19 @@
-"""Names that cross the SDK/container boundary: hyperparameter keys and environment variables.
+"""Names that cross the SDK/container boundary: hyperparameter keys (and, re-exported, the
+environment variables of :mod:`trcomp.contract.env`, the registry of every one).
 
 A key is written on one side and read on the other; both sides import it from
 here, so a rename cannot leave one side behind.
 """
 
 from __future__ import annotations
+
+from trcomp.contract.env import (
+    CACHE_DIR_ENV,
+    CHECKPOINT_DIR_ENV,
+    CHECKPOINT_URI_ENV,
+    CONFIG_ENV,
+    INDUCTOR_OPTIONS_ENV,
+)
 
 __all__ = [
     "CACHE_DIR_ENV",
@@ -45,23 +54,3 @@ UNSUPPORTED_DISTRIBUTION_KEYS = {
     "sagemaker_distributed_modelparallel_enabled": "smdistributed modelparallel",
 }
 """Hyperparameters of distributions the container refuses -> their names in messages."""
-
-# -- environment variables ---------------------------------------------------
-
-CONFIG_ENV = "TRCOMP_CONFIG"
-"""The resolved config, container -> user's process (:mod:`trcomp.contract.runtime_config`)."""
-INDUCTOR_OPTIONS_ENV = "TRCOMP_INDUCTOR_OPTIONS"
-"""The config's ``inductor_options`` as JSON; the start-up hook applies them (once, globally)."""
-CHECKPOINT_DIR_ENV = "TRCOMP_CHECKPOINT_DIR"
-"""The job's checkpoint directory inside the container (``checkpoint_local_path``)."""
-CHECKPOINT_URI_ENV = "TRCOMP_CHECKPOINT_URI"
-"""The user's checkpoint location (a local job's ``file://`` URI).
-
-The container reports the compile cache there in summary.json, not at its own
-mount point, which means nothing once the job is over.
-"""
-CACHE_DIR_ENV = "TRCOMP_CACHE_DIR"
-"""The compile cache the job's processes write to (persisted with the checkpoints at the end).
-
-The start-up hook keeps its eager-against-compiled decision there (``trcomp/speedup.json``).
-"""

@@ -35,6 +35,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from trcomp.contract.env import GRACE_ENV
+
 __all__ = [
     "DEFAULT_GRACE_S",
     "GRACE_ENV",
@@ -47,7 +49,6 @@ __all__ = [
     "outer_grace_s",
 ]
 
-GRACE_ENV = "TRCOMP_SIGTERM_GRACE_S"
 """Seconds a job's script gets between SIGTERM and SIGKILL."""
 DEFAULT_GRACE_S = 100.0
 """SageMaker sends SIGKILL 120 s after StopTrainingJob; leave time to write the summary."""

@@ -22,6 +22,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
+from trcomp.contract.env import (
+    KEY_ENV,
+    KEY_SECRET_ENV,
+    MAX_READ_BYTES_ENV,
+    PREVIOUS_KEY_ENV,
+    PREVIOUS_KEY_SECRET_ENV,
+    REDIS_CA_ENV,
+    REDIS_PASSWORD_ENV,
+    REDIS_PASSWORD_SECRET_ENV,
+)
 from trcomp.contract.errors import SharedCacheError
 
 __all__ = [
@@ -43,24 +53,8 @@ __all__ = [
     "refuse_previous_key_alone",
 ]
 
-# The job's environment, never its hyperparameters (DescribeTrainingJob shows those).
-KEY_ENV = "TRCOMP_SHARED_CACHE_KEY"
-"""The team's key: entries are signed with it, and only entries signed with it are read."""
-KEY_SECRET_ENV = "TRCOMP_SHARED_CACHE_KEY_SECRET"
-"""A Secrets Manager secret (ARN or name) holding the key, read with the job's role."""
-PREVIOUS_KEY_ENV = "TRCOMP_SHARED_CACHE_KEY_PREVIOUS"
-"""The team's previous key, while it rotates keys: entries signed with it are read too,
-new entries are signed with :data:`KEY_ENV`'s only."""
-PREVIOUS_KEY_SECRET_ENV = "TRCOMP_SHARED_CACHE_KEY_PREVIOUS_SECRET"
-"""A Secrets Manager secret (ARN or name) holding the previous key."""
-REDIS_PASSWORD_ENV = "TRCOMP_REDIS_PASSWORD"
-"""The Redis password (``AUTH``) of a ``redis://``/``rediss://`` shared cache."""
-REDIS_PASSWORD_SECRET_ENV = "TRCOMP_REDIS_PASSWORD_SECRET"
-"""A Secrets Manager secret (ARN or name) holding the Redis password."""
-REDIS_CA_ENV = "TRCOMP_REDIS_CA_CERTS"
-"""A CA bundle (PEM file in the job) that a ``rediss://`` server's certificate is checked with."""
-MAX_READ_BYTES_ENV = "TRCOMP_SHARED_CACHE_MAX_READ_BYTES"
-"""At most this many unpacked bytes of entries are read when a job starts."""
+# The job's environment, never its hyperparameters (DescribeTrainingJob shows those):
+# the names, their writers and readers are in the registry (trcomp.contract.env).
 
 SCHEMES = ("s3", "file", "redis", "rediss")
 Kind = Literal["s3", "file", "redis"]

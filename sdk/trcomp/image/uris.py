@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from trcomp._version import __version__
+from trcomp.contract.env import IMAGE_URI_ENV, LOCAL_IMAGE_ENV
 from trcomp.contract.errors import UnsupportedJobError
 
 __all__ = [
@@ -200,7 +201,7 @@ def remote_image_uri(
 
     ``TRCOMP_IMAGE_URI`` in the environment overrides it for every job.
     """
-    override = os.environ.get("TRCOMP_IMAGE_URI")
+    override = os.environ.get(IMAGE_URI_ENV)
     if override:
         return override
     return ecr_image_uri(region, account, framework_version, device)
@@ -234,7 +235,7 @@ def local_image_uri(framework_version: str | None = None) -> str:
     caller's choosing, as ``image_uri=`` does. A version with no image of trcomp's
     gets the default tag (the estimators refuse such versions before this is read).
     """
-    override = os.environ.get("TRCOMP_LOCAL_IMAGE")
+    override = os.environ.get(LOCAL_IMAGE_ENV)
     if override:
         return override
     image = image_for(framework_version)

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from trcomp._sdk_compat import new_job_name
 from trcomp.checkpoints import checkpoint_environment
+from trcomp.contract.env import GIVE_BACK_INPUTS_ENV
 from trcomp.contract.errors import JobInterrupted, JobTerminated, LocalJobFailed
 from trcomp.contract.proctree import outer_grace_s
 from trcomp.docker_cli import compose_command, run_docker
@@ -247,7 +248,6 @@ def _user_dirs(spec: JobSpec, output_path: Any, scratch: Path) -> list[Path]:
 # -- the wrapper --------------------------------------------------------------------
 
 
-GIVE_BACK_INPUTS_ENV = "TRCOMP_GIVE_BACK_INPUTS"
 """For a local job only: trcomp's image also gives back files in the code dir and channels.
 
 Here they are the user's own directories; on SageMaker the image leaves

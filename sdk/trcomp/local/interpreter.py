@@ -26,12 +26,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trcomp.contract.env import PROCESS_PYTHON_PREFIX
 from trcomp.contract.errors import LocalModeError
 from trcomp.image.uris import default_image, image_for
 
 __all__ = ["ENV_PREFIX", "env_var_for", "job_python", "wanted_torch"]
 
-ENV_PREFIX = "TRCOMP_PROCESS_PYTHON_"
+ENV_PREFIX = PROCESS_PYTHON_PREFIX
 """``TRCOMP_PROCESS_PYTHON_2_14=/path/to/python`` names the interpreter for torch 2.14 jobs."""
 
 # What a job imports in the interpreter it runs on (checked by name, not imported).

@@ -35,6 +35,7 @@ from sagemaker.exceptions import UnexpectedStatusException
 
 from trcomp._sdk_compat import new_job_name, set_current_job_name
 from trcomp.checkpoints import checkpoint_environment
+from trcomp.contract.env import PREFIX
 from trcomp.contract.errors import JobInterrupted, JobTerminated, LocalModeError
 from trcomp.contract.instances import tpu_chips
 from trcomp.contract.proctree import TreeProcess, outer_grace_s
@@ -69,7 +70,7 @@ TRAIN_ARGS = ("-c", "from sagemaker_training.cli.train import main; main()")
 # that needs one sets it through the estimator's `environment=`.
 _NOT_INHERITED = (
     "SM_",
-    "TRCOMP_",
+    PREFIX,
     "TORCHINDUCTOR_",
     "TRITON_",
     "XLA_",

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from trcomp.checkpoints import checkpoint_environment
 from trcomp.contract.distribution import distribution_hyperparameters
+from trcomp.contract.env import NPROC_PER_NODE_ENV
 from trcomp.contract.errors import UnsupportedJobError
 from trcomp.contract.instances import DOCKER_LOCAL_MODES
 from trcomp.contract.limits import check_limits
@@ -52,7 +53,7 @@ PROGRAM_KEY = "sagemaker_program"
 SUBMIT_DIRECTORY_KEY = "sagemaker_submit_directory"
 USER_CONFIG_ENV = "SAGEMAKER_USER_CONFIG_OVERRIDE"
 """The variable v3 reads its user config file from (telemetry opt-out goes there)."""
-_TORCHRUN_NPROC_ENV = "TRCOMP_NPROC_PER_NODE"
+_TORCHRUN_NPROC_ENV = NPROC_PER_NODE_ENV
 
 
 def check_source_code(

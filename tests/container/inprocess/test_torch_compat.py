@@ -138,6 +138,22 @@ def test_inductors_redis_backend_and_header_folder_are_where_the_patches_expect(
     assert all(hasattr(codecache, name) for name in torch_compat.CODECACHE_HEADER_NAMES)
 
 
+def test_the_remote_cache_flags_are_config_entries_of_their_modules():
+    import importlib
+
+    for module_name, flag in torch_compat.REMOTE_CACHE_FLAGS.values():
+        module = importlib.import_module(module_name)
+        before = getattr(module, flag)  # a config entry (None, True or False) of that module
+        assert before in (None, True, False), (module_name, flag, before)
+    undo = torch_compat.set_remote_cache_flags("torch._inductor.config", ("fx_graph",))
+    import torch._inductor.config as inductor_config
+    from torch._inductor.utils import should_use_remote_fx_graph_cache
+
+    assert inductor_config.fx_graph_remote_cache is True and should_use_remote_fx_graph_cache()
+    undo()
+    assert not should_use_remote_fx_graph_cache()
+
+
 def test_the_default_store_of_a_process_group(tmp_path):
     import torch.distributed as dist
 

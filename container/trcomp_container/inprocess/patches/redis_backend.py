@@ -11,14 +11,16 @@ never trips the per-read socket timeout), turns the remote cache off for the res
 of the process, so the job waits one socket timeout (2 s, set in
 ``TORCHINDUCTOR_REDIS_URL``) or one deadline, and compiles on without it.
 
-The same wrappers give inductor's client the Redis password, from
-``TRCOMP_REDIS_PASSWORD`` (set by the entrypoint), before its first call:
-``TORCHINDUCTOR_REDIS_URL`` carries none, since torch writes the variables it
-reads into its repro scripts.
+The same wrappers point inductor's backend at the job's Redis before its first call,
+with a client of the guard's own: the URL and password of the hook's
+:class:`~trcomp_container.inprocess.redis_handoff.RedisHandoff`, which the hook took
+out of the environment as it started. torch's own variable (``TORCHINDUCTOR_REDIS_URL``)
+is never set: any process would read it, hook or not, and torch writes the variables
+it reads into its repro scripts.
 
 And they sign what inductor stores and check what it reads, when the job has the
-team's key (``TRCOMP_SHARED_CACHE_KEY``, and ``..._PREVIOUS`` while it rotates keys,
-set by the entrypoint; names torch never dumps): a value is stored as
+team's key (the handoff's keys: the current one, and the previous one while the team
+rotates keys): a value is stored as
 :data:`HEADER`, an HMAC-SHA256 of its Redis key name and bytes with the current key,
 then the bytes inductor gave. A value read back that no key signed under that name
 (unsigned, changed, copied from another key name) is a miss, never handed to
@@ -34,22 +36,20 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
-import os
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from trcomp.contract.shared_cache import KEY_ENV, PREVIOUS_KEY_ENV, REDIS_PASSWORD_ENV
 from trcomp_container.inprocess import torch_compat
+from trcomp_container.inprocess.redis_handoff import RedisHandoff
 
 __all__ = [
     "CALL_DEADLINE_S",
     "HEADER",
     "RedisGuard",
     "install",
-    "keys_from_env",
     "sign",
     "verified",
 ]
@@ -96,16 +96,6 @@ def _unchecked(stored: bytes) -> bytes:
     return stored
 
 
-def keys_from_env(environ: Mapping[str, str]) -> tuple[bytes, ...]:
-    """The team's current key, then its previous one, as the entrypoint gave them (checked
-    there); empty when the job has none."""
-    current = (environ.get(KEY_ENV) or "").strip().encode()
-    if not current:
-        return ()
-    previous = (environ.get(PREVIOUS_KEY_ENV) or "").strip().encode()
-    return (current, previous) if previous and previous != current else (current,)
-
-
 class RedisGuard:
     """Whether a Redis error, or a call past its deadline, turned inductor's remote cache off
     in this process; the job's keys, and how many values read failed them."""
@@ -114,19 +104,18 @@ class RedisGuard:
         self,
         warn: Callable[[str], None],
         deadline_s: float = CALL_DEADLINE_S,
-        password: str | None = None,
-        keys: Sequence[bytes] | None = None,
+        handoff: RedisHandoff | None = None,
     ) -> None:
-        """``password``: the Redis password (default: ``TRCOMP_REDIS_PASSWORD``, read now);
-        ``keys``: the keys values are signed (the first) and checked with (default:
-        :func:`keys_from_env` of this process; empty: neither)."""
+        """``handoff``: the job's Redis (URL, password) and keys, values are signed with the
+        first and checked with all (None: the backend keeps torch's own client, no keys)."""
         self.down = False
         self.deadline_s = deadline_s
-        self.keys = tuple(keys) if keys is not None else keys_from_env(os.environ)
+        self.keys: Sequence[bytes] = handoff.keys if handoff is not None else ()
         self.refused = 0
         """Values read that no key signed under their name: each was a miss."""
         self._warn = warn
-        self._password = password or os.environ.get(REDIS_PASSWORD_ENV) or None
+        self._handoff = handoff
+        self._client: Any = None
 
     def wrap_get(self, method: Callable[..., Any]) -> Callable[..., Any]:
         """``_get(key)`` within the deadline; with keys, only a value signed under ``key``."""
@@ -173,7 +162,7 @@ class RedisGuard:
     def _call(self, method: Callable[..., Any], backend: Any, *args: Any, **kwargs: Any) -> Any:
         if self.down:
             return None  # a miss: compile, and do not wait on that Redis again
-        self._authenticate(backend)
+        self._connect(backend)
         outcome: dict[str, Any] = {}
 
         def work() -> None:
@@ -197,15 +186,18 @@ class RedisGuard:
         self._off(backend, f"{type(exc).__name__}: {exc}")
         return None
 
-    def _authenticate(self, backend: Any) -> None:
-        """Give the backend's client the password: redis-py connects at the first call, with
-        its pool's ``connection_kwargs``."""
-        client = backend._redis
-        if self._password is None or client is None:
+    def _connect(self, backend: Any) -> None:
+        """Point the backend at the job's Redis, with the password: torch made its client from
+        its own variables, which no job sets (so: localhost). redis-py connects lazily, so
+        the client torch made never connected."""
+        if self._handoff is None or backend._redis is None:
             return
-        settings = client.connection_pool.connection_kwargs
-        if settings.get("password") != self._password:
-            settings["password"] = self._password
+        if self._client is None:
+            import redis
+
+            self._client = redis.Redis.from_url(self._handoff.url, password=self._handoff.password)
+        if backend._redis is not self._client:
+            backend._redis = self._client
 
     def _off(self, backend: Any, why: str) -> None:
         self.down = True
