@@ -161,8 +161,9 @@ REGISTRY: tuple[EnvVar, ...] = (
            "Redis handoff in the environment for the workers it starts."),
     EnvVar(CHECKPOINT_DIR_ENV, "sdk", ("entrypoint",), False, "no",
            "checkpoint_local_path, the checkpoint directory inside the container."),
-    EnvVar(CHECKPOINT_URI_ENV, "sdk", ("entrypoint",), False, "no",
-           "A local job's checkpoint location as a file:// URI (named in summary.json)."),
+    EnvVar(CHECKPOINT_URI_ENV, "sdk", ("entrypoint", "script"), False, "pass",
+           "A local job's checkpoint location as a file:// URI (named in summary.json; the "
+           "script reads it as before, docs/environment.md)."),
     EnvVar(GIVE_BACK_INPUTS_ENV, "sdk", ("entrypoint",), False, "no",
            "Docker local mode: entrypoint.sh gives the inputs back to the host's user."),
     EnvVar(GRACE_ENV, "user", ("entrypoint", "sdk"), False, "no",
