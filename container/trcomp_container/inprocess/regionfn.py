@@ -104,13 +104,7 @@ class _Late:
 
     def __init__(self, torch: Any, region: Region, args: tuple[Any, ...], positions: list[int]):
         self.torch, self.region, self.args, self.positions = torch, region, args, positions
-        self.rng = rng_state(torch) if region.facts.random else None
-        self.autocast = _autocast_state(torch)
-        self.before = {
-            index: args[index].detach().clone()
-            for index in region.mutated
-            if index < len(args) and is_tensor(args[index])
-        }
+        self.rng, self.autocast, self.before = _recompute_state(torch, region, args)
         self.grads: list[Any] = [None] * len(positions)
         self.edges: tuple[tuple[Any, int], ...] = ()
 
@@ -162,15 +156,7 @@ def _node(torch: Any) -> Any:
                 for arg in args
             )
             ctx.region, ctx.args, ctx.leaves = region, args, leaves
-            ctx.rng = rng_state(torch) if region.facts.random else None
-            ctx.autocast = _autocast_state(torch)
-            # Inputs the graph changes in place, as they were before: what a recomputation
-            # starts from.
-            ctx.before = {
-                index: args[index].detach().clone()
-                for index in region.mutated
-                if index < len(args) and is_tensor(args[index])
-            }
+            ctx.rng, ctx.autocast, ctx.before = _recompute_state(torch, region, args)
             with torch.enable_grad():
                 outs = region.compiled(*leaves)
             outputs = tuple(outs)
@@ -224,6 +210,21 @@ def _node(torch: Any) -> Any:
             return (None, *result)
 
     return CompiledFunctionOrEager
+
+
+def _recompute_state(
+    torch: Any, region: Region, args: tuple[Any, ...]
+) -> tuple[Any, list[tuple[str, Any]], dict[int, Any]]:
+    """What :func:`_recompute` starts from, taken at the call: the random state (graphs
+    that draw random numbers), the autocast regions, and the inputs the graph changes in
+    place, as they were before it."""
+    rng = rng_state(torch) if region.facts.random else None
+    before = {
+        index: args[index].detach().clone()
+        for index in region.mutated
+        if index < len(args) and is_tensor(args[index])
+    }
+    return rng, _autocast_state(torch), before
 
 
 def _recompute(torch: Any, ctx: Any, wanted: list[int], upstream: list[Any]) -> Any:
