@@ -5,6 +5,10 @@ itself (``TRCOMP_SHARED_CACHE_KEY``, ``TRCOMP_REDIS_PASSWORD``; local modes,
 where the environment stays on the machine), or the name or ARN of an AWS
 Secrets Manager secret that the job reads with its own role
 (``..._SECRET``; SageMaker jobs, whose environment DescribeTrainingJob shows).
+
+The key's secret may also carry the team's ``not_before`` (a JSON document,
+:class:`~trcomp.contract.withdrawal.KeySecret`), as may the environment
+(``TRCOMP_SHARED_CACHE_NOT_BEFORE``): :func:`team_keys` holds both.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from trcomp.contract.shared_cache import (
     refuse_empty_secrets,
     refuse_previous_key_alone,
 )
+from trcomp.contract.withdrawal import KeySecret, not_before_of
+from trcomp_container.caching.signing import Keys
 from trcomp_container.caching.stores import aws_config
 
-__all__ = ["MIN_KEY_BYTES", "read_secret", "signing_key", "verifying_keys"]
+__all__ = ["MIN_KEY_BYTES", "read_secret", "signing_key", "team_keys", "verifying_keys"]
 
 MIN_KEY_BYTES = 16
 
@@ -68,27 +74,43 @@ def read_secret(
 
 def signing_key(environ: Mapping[str, str], *, timeout_s: float) -> bytes | None:
     """The team's key for signing and checking entries; None when the job has none."""
-    return _key(environ, KEY_ENV, KEY_SECRET_ENV, timeout_s=timeout_s)
+    return team_keys(environ, timeout_s=timeout_s).current
 
 
 def verifying_keys(environ: Mapping[str, str], *, timeout_s: float) -> tuple[bytes, ...]:
-    """The keys an entry's signature may be of: the current key (:func:`signing_key`,
-    first: it signs) and, while the team rotates keys, the previous one
-    (:data:`PREVIOUS_KEY_ENV`); empty when the job has no key."""
+    """The keys a signature may be of (:attr:`team_keys`'s ``keys``)."""
+    return team_keys(environ, timeout_s=timeout_s).keys
+
+
+def team_keys(environ: Mapping[str, str], *, timeout_s: float) -> Keys:
+    """What the job signs and checks with: the current key (first: it signs) and, while the
+    team rotates keys, the previous one (:data:`PREVIOUS_KEY_ENV`); and the team's
+    ``not_before``, the later of the key secret's and ``TRCOMP_SHARED_CACHE_NOT_BEFORE``.
+    Empty when the job has no key (a ``not_before`` without a key is refused)."""
     refuse_previous_key_alone(environ)
-    current = signing_key(environ, timeout_s=timeout_s)
+    current = _key(environ, KEY_ENV, KEY_SECRET_ENV, timeout_s=timeout_s)
+    not_before = not_before_of(environ, current)
     if current is None:
-        return ()
+        return Keys()
     previous = _key(environ, PREVIOUS_KEY_ENV, PREVIOUS_KEY_SECRET_ENV, timeout_s=timeout_s)
-    return (current,) if previous is None or previous == current else (current, previous)
+    keys = [_checked(current.key, KEY_ENV, KEY_SECRET_ENV)]
+    if previous is not None:
+        old = _checked(previous.key, PREVIOUS_KEY_ENV, PREVIOUS_KEY_SECRET_ENV)
+        if old != keys[0]:
+            keys.append(old)
+    return Keys(tuple(keys), not_before)
 
 
 def _key(
     environ: Mapping[str, str], name: str, secret_name: str, *, timeout_s: float
-) -> bytes | None:
+) -> KeySecret | None:
     value = read_secret(environ, name, secret_name, timeout_s=timeout_s)
     if value is None:
         return None
+    return KeySecret.parse(value, what=f"the shared cache key ({name} or {secret_name})")
+
+
+def _checked(value: str, name: str, secret_name: str) -> bytes:
     key = value.strip().encode()
     if len(key) < MIN_KEY_BYTES:
         raise SharedCacheError(

@@ -2,12 +2,13 @@
 
 An entry is a gzipped tar holding ``manifest.json`` (format, compatibility
 set, files and sizes) and the files under ``files/``. Its name is
-``<UTC time>-<SHA-256 of its bytes>[-<HMAC>].tar.gz``. The HMAC (SHA-256,
-keyed with the team's key, :data:`~trcomp.contract.shared_cache.KEY_ENV`)
-signs the compatibility set, the time and the digest: the whole name but the
-signature, and the set the entry is kept under. Since the digest is checked
-against the bytes, it signs the bytes; an entry copied under another time or
-into another set's prefix does not verify. A reader with a key refuses an entry
+``<UTC time>-<SHA-256 of its bytes>[-<HMAC>].tar.gz``. The HMAC (the team's
+key, :data:`~trcomp.contract.shared_cache.KEY_ENV`; :mod:`.signing`, purpose
+:data:`~.signing.ENTRY`) signs the compatibility set, the time and the digest:
+the whole name but the signature, and the set the entry is kept under. Since the
+digest is checked against the bytes, it signs the bytes; an entry copied under
+another time or into another set's prefix does not verify, and one signed before
+the team's ``not_before`` is withdrawn. A reader with a key refuses an entry
 without a valid signature from its name alone, before it downloads it, and
 checks the digest before it opens the archive: nothing another writer put
 there is ever unpacked.
@@ -26,9 +27,9 @@ reader would refuse, spoiling the whole entry.
 
 from __future__ import annotations
 
+import calendar
 import gzip
 import hashlib
-import hmac
 import io
 import json
 import os
@@ -39,17 +40,21 @@ import tarfile
 import tempfile
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 
+from trcomp.contract.withdrawal import format_moment
+from trcomp_container.caching import signing
 from trcomp_container.caching.compat import CompatSet
 from trcomp_container.caching.lineage import is_transient
+from trcomp_container.caching.signing import Keys
 from trcomp_container.caching.stores import Commit, Store
 
 __all__ = [
     "FORMAT",
     "EntryError",
+    "EntryWithdrawn",
     "Staged",
     "Stamp",
     "check_name",
@@ -66,14 +71,17 @@ SUFFIX = ".tar.gz"
 _NAME = re.compile(
     r"(?P<stamp>\d{8}T\d{6}Z)-(?P<digest>[0-9a-f]{64})(?:-(?P<mac>[0-9a-f]{64}))?\.tar\.gz"
 )
-# /1 signed the set and the digest, not the time: a copy under a later time verified.
-_MAC_CONTEXT = "trcomp-shared-cache-entry/2"
+_STAMP = "%Y%m%dT%H%M%SZ"
 _MANIFEST_MAX = 16 << 20
 _MEMBERS_MAX = 200_000
 
 
 class EntryError(Exception):
     """An entry that cannot be used; the message says why."""
+
+
+class EntryWithdrawn(EntryError):
+    """An entry the team's key signed before the team's ``not_before``: withdrawn."""
 
 
 @dataclass
@@ -87,45 +95,60 @@ class Staged:
     stream_bytes: int = 0
 
 
-def _mac(key: bytes, compat_key: str, stamp_: str, digest: str) -> str:
-    message = f"{_MAC_CONTEXT}\n{compat_key}\n{stamp_}\n{digest}".encode()
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
+def _signed_fields(compat_key: str, digest: str) -> tuple[bytes, bytes]:
+    return compat_key.encode(), digest.encode()
 
 
 def entry_name(digest: str, compat_key: str, key: bytes | None, when: float | None = None) -> str:
     """The name of an entry whose bytes have SHA-256 ``digest``, written at ``when`` (now);
     signed, with its compatibility set and time, when ``key`` is set."""
-    stamp_ = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
-    signature = f"-{_mac(key, compat_key, stamp_, digest)}" if key else ""
+    seconds = signing.written_at(when)
+    stamp_ = time.strftime(_STAMP, time.gmtime(seconds))
+    signature = ""
+    if key:
+        mac = signing.sign(key, signing.ENTRY, seconds, *_signed_fields(compat_key, digest))
+        signature = f"-{mac.hex()}"
     return f"{stamp_}-{digest}{signature}{SUFFIX}"
 
 
-def check_name(name: str, compat_key: str, keys: Sequence[bytes]) -> str:
+def check_name(name: str, compat_key: str, keys: Keys) -> str:
     """The digest the entry's bytes must have; raise :class:`EntryError` for a refused name.
 
     With ``keys`` (the job's current key, and its previous one while keys rotate), an
     entry whose name carries no signature, or a signature that is none of theirs over
     this compatibility set, this time and this digest, is refused here, before it is
-    downloaded.
+    downloaded; one signed before the team's ``not_before`` raises :class:`EntryWithdrawn`.
     """
     match = _NAME.fullmatch(name)
     if match is None:
         raise EntryError("its name is not an entry's (<time>-<sha256>[-<signature>].tar.gz)")
-    if keys:
-        if not match["mac"]:
-            raise EntryError(
-                "it is not signed, and this job reads only entries signed with its key "
-                "(TRCOMP_SHARED_CACHE_KEY): written by a job without the key, or by someone else"
-            )
-        expected = [_mac(key, compat_key, match["stamp"], match["digest"]) for key in keys]
-        # Every key is tried, none skipped: the time taken says nothing about which matched.
-        if not sum(hmac.compare_digest(match["mac"], mac) for mac in expected):
-            raise EntryError(
-                "its signature is not this job's key's for this name and compatibility set: "
-                "written with another key or by someone else, copied under another time or "
-                "from another set, or signed by an older trcomp, whose signatures did not "
-                "cover the time"
-            )
+    if not keys:
+        return match["digest"]
+    if not match["mac"]:
+        raise EntryError(
+            "it is not signed, and this job reads only entries signed with its key "
+            "(TRCOMP_SHARED_CACHE_KEY): written by a job without the key, or by someone else"
+        )
+    try:
+        seconds = calendar.timegm(time.strptime(match["stamp"], _STAMP))
+    except ValueError:
+        raise EntryError(f"its time ({match['stamp']}) is no date") from None
+    verdict = signing.check(
+        keys, signing.ENTRY, seconds, bytes.fromhex(match["mac"]),
+        *_signed_fields(compat_key, match["digest"]),
+    )  # fmt: skip
+    if verdict == "bad":
+        raise EntryError(
+            "its signature is not this job's key's for this name and compatibility set: "
+            "written with another key or by someone else, copied under another time or "
+            "from another set, or signed by an older trcomp, whose signatures are of "
+            "another scheme"
+        )
+    if verdict == "withdrawn":
+        raise EntryWithdrawn(
+            f"withdrawn: signed at {format_moment(seconds)}, before the team's not_before "
+            f"({format_moment(keys.not_before or 0)}; docs/remote.md, Withdrawing entries)"
+        )
     return match["digest"]
 
 

@@ -30,7 +30,8 @@ from trcomp.contract.env import REDIS_CA_ENV, REDIS_PASSWORD_ENV, REDIS_PASSWORD
 from trcomp.contract.errors import SharedCacheError
 from trcomp.contract.shared_cache import SharedCacheLocation
 from trcomp_container.caching.budget import Budget
-from trcomp_container.caching.cache_secrets import read_secret, verifying_keys
+from trcomp_container.caching.cache_secrets import read_secret, team_keys
+from trcomp_container.caching.signing import Keys
 from trcomp_container.inprocess.redis_handoff import RedisHandoff
 
 __all__ = [
@@ -77,13 +78,14 @@ def redis_environment(
     gpu: bool,
     url: str | None = None,
     password: str | None = None,
-    keys: tuple[bytes, ...] = (),
+    keys: Keys | None = None,
 ) -> dict[str, str]:
     """The start-up hook's handoff of inductor's remote caches on Redis (the image has
     ``redis``), as the training processes' variables (:class:`RedisHandoff`).
 
     ``url`` carries no password (:func:`redis_url` with ``None``); ``password`` and
-    ``keys`` (the current key, then the previous one) travel beside it, under names torch
+    ``keys`` (the current key, then the previous one, and the team's ``not_before``)
+    travel beside it, under names torch
     neither reads nor writes into its repro scripts, and the hook takes all of them out of
     the environment as it starts. The autotune caches only on GPU hosts: they tune triton
     kernels, and on CPU torch 2.9's bundled autotune cache fails every compile (no
@@ -92,7 +94,10 @@ def redis_environment(
     caches: tuple[str, ...] = ("fx_graph", "autograd", "dynamo_pgo")
     if gpu:
         caches += ("autotune", "bundled_autotune")
-    handoff = RedisHandoff(url or redis_url(location, None), caches, password or None, keys)
+    held = keys or Keys()
+    handoff = RedisHandoff(
+        url or redis_url(location, None), caches, password or None, held.keys, held.not_before
+    )
     return handoff.to_env()
 
 
@@ -152,7 +157,8 @@ class RedisFound:
     ``environment`` holds inductor's remote-cache variables (empty: the job runs
     without them) and the team's keys; ``signed`` whether the job has a key;
     ``remote_cache`` whether they are on (None: Redis was not tried, the engine is not
-    inductor); ``warm`` whether the server holds
+    inductor); ``not_before`` the team's moment (values signed earlier are withdrawn);
+    ``warm`` whether the server holds
     inductor's entries; ``budget_hit`` whether the check outlasted its budget.
     """
 
@@ -162,6 +168,7 @@ class RedisFound:
     budget_hit: bool = False
     signed: bool = False
     warnings: tuple[str, ...] = ()
+    not_before: int | None = None
 
 
 def open_redis(
@@ -188,10 +195,10 @@ def open_redis(
             )
         )
 
-    def probe() -> tuple[str | None, tuple[bytes, ...], bool]:
+    def probe() -> tuple[str | None, Keys, bool]:
         password = redis_password(environ, timeout_s=timeout_s)
         check_redis_trust(location, password=password, remote_job=remote_job, insecure=insecure)
-        keys = verifying_keys(environ, timeout_s=timeout_s)
+        keys = team_keys(environ, timeout_s=timeout_s)
         url = redis_url(location, password, ca_certs=ca_certs(environ))  # this process only
         return password, keys, redis_has_entries(url, timeout_s=min(timeout_s, _CALL_TIMEOUT_S))
 
@@ -227,4 +234,5 @@ def open_redis(
         remote_cache=True,
         warm=has_entries,
         signed=bool(keys),
+        not_before=keys.not_before,
     )

@@ -31,12 +31,14 @@ from typing import Any
 
 from trcomp.contract.errors import SharedCacheError
 from trcomp.contract.shared_cache import MAX_READ_BYTES_ENV, SharedCacheLocation, parse_location
+from trcomp.contract.withdrawal import format_moment
 from trcomp_container.caching.budget import Budget
-from trcomp_container.caching.cache_secrets import verifying_keys
+from trcomp_container.caching.cache_secrets import team_keys
 from trcomp_container.caching.compat import CompatSet
 from trcomp_container.caching.entry import (
     SUFFIX,
     EntryError,
+    EntryWithdrawn,
     Stamp,
     check_name,
     files_of,
@@ -46,6 +48,7 @@ from trcomp_container.caching.entry import (
     write_entry,
 )
 from trcomp_container.caching.redis_cache import RedisFound, open_redis
+from trcomp_container.caching.signing import Keys
 from trcomp_container.caching.stores import Store, open_store
 
 __all__ = [
@@ -71,8 +74,8 @@ class SharedCache:
 
     ``key`` is the team's signing key (None: entries are neither signed nor
     checked), ``keys`` the keys a signature is checked with (``key`` first, then the
-    previous key while the team rotates); ``writer`` whether this host writes the job's
-    entry. ``read`` and
+    previous key while the team rotates) and the team's ``not_before``; ``writer``
+    whether this host writes the job's entry. ``read`` and
     ``from_lineage`` hold the files the job was given (by the shared cache, by its
     checkpoint location) as they were given: the job's entry leaves them out unless the
     job wrote them again.
@@ -87,7 +90,7 @@ class SharedCache:
     read: dict[str, Stamp] = field(default_factory=dict)
     from_lineage: dict[str, Stamp] = field(default_factory=dict)
     key: bytes | None = None
-    keys: tuple[bytes, ...] = ()
+    keys: Keys = field(default_factory=Keys)
     timeout_s: float = DEFAULT_TIMEOUT_S
     writer: bool = True
 
@@ -192,8 +195,8 @@ def _open_and_read(
     cache: SharedCache, live: Path, environ: Mapping[str, str], limit: int, budget: Budget
 ) -> None:
     """The read of the shared cache, in the budget's thread; every change through a commit."""
-    keys = verifying_keys(environ, timeout_s=cache.timeout_s)
-    key = keys[0] if keys else None
+    keys = team_keys(environ, timeout_s=cache.timeout_s)
+    key = keys.current
     try:
         store = open_store(
             cache.location, cache.compat.key, environ, keyed=key is not None,
@@ -212,8 +215,10 @@ def _open_and_read(
     with budget.commit():
         cache.store, cache.key, cache.keys = store, key, keys
         cache.facts.update(where=store.where, signed=key is not None)
-        if len(keys) > 1:
+        if len(keys.keys) > 1:
             cache.facts["previous_key"] = True
+        if keys.not_before is not None:
+            cache.facts.update(not_before=format_moment(keys.not_before), entries_withdrawn=0)
     _read_all(cache, store, live, limit, budget)
 
 
@@ -269,6 +274,8 @@ def _read_all(cache: SharedCache, store: Store, live: Path, limit: int, budget: 
         except Exception as exc:
             with budget.commit():
                 facts["entries_skipped"] += 1
+                if isinstance(exc, EntryWithdrawn):
+                    facts["entries_withdrawn"] += 1
                 skipped.append(name)
                 if len(skipped) <= NAMED_SKIPS:
                     cache._warn(
@@ -292,6 +299,8 @@ def _apply_redis(cache: SharedCache, found: RedisFound) -> None:
     if found.remote_cache:
         cache.facts["warm"] = found.warm
         cache.facts["signed"] = found.signed
+        if found.not_before is not None:
+            cache.facts["not_before"] = format_moment(found.not_before)
     cache.environment.update(found.environment)
     for warning in found.warnings:
         cache._warn(warning)

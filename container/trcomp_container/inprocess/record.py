@@ -103,11 +103,15 @@ class CompileCache(_Flat):
     """Values read from a Redis shared cache that no key of the job signed under their name
     (each a miss, :mod:`.patches.redis_backend`); None (key left out) without a Redis
     shared cache."""
+    redis_values_withdrawn: int | None = None
+    """Of those, values signed before the team's ``not_before`` (withdrawn); None (key left
+    out) without a Redis shared cache."""
 
     def to_json(self) -> dict[str, Any]:
         body = super().to_json()
-        if self.redis_values_refused is None:
-            del body["redis_values_refused"]
+        for name in ("redis_values_refused", "redis_values_withdrawn"):
+            if body.get(name) is None:
+                body.pop(name, None)
         return body
 
 

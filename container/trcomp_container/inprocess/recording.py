@@ -54,7 +54,9 @@ def build_record(session: Session) -> RankRecord:
         if guard is not None:  # a Redis shared cache: values no key signed were misses
             if body["compile"].get("cache") is not None:
                 body["compile"]["cache"]["redis_values_refused"] = guard.refused
-            body["warnings"] = [*body["warnings"], *filter(None, [guard.refused_warning()])]
+                body["compile"]["cache"]["redis_values_withdrawn"] = guard.withdrawn
+            said = [guard.refused_warning(), guard.withdrawn_warning()]
+            body["warnings"] = [*body["warnings"], *filter(None, said)]
         body["compile"]["turns"] = session.turns.as_dict()
         if aot:  # a loaded artifact runs a compiled graph dynamo never counted; a
             # failed attempt's graph, which dynamo counted, never runs

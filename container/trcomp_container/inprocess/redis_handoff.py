@@ -23,12 +23,14 @@ from dataclasses import dataclass, field
 from trcomp.contract.env import (
     KEY_ENV,
     LAUNCHER_ENV,
+    NOT_BEFORE_ENV,
     PREVIOUS_KEY_ENV,
     REDIS_CACHES_ENV,
     REDIS_PASSWORD_ENV,
     REDIS_URL_ENV,
     REGISTRY,
 )
+from trcomp.contract.withdrawal import format_moment, parse_moment
 
 __all__ = ["CACHES", "TORCHRUN", "RedisHandoff"]
 
@@ -45,12 +47,14 @@ _NAMES = tuple(v.name for v in REGISTRY if v.handoff == "redis")
 @dataclass(frozen=True)
 class RedisHandoff:
     """The Redis shared cache as the hook uses it: ``url`` (no password), the ``caches`` to
-    turn on, the ``password`` and the team's ``keys`` (the current first: it signs)."""
+    turn on, the ``password``, the team's ``keys`` (the current first: it signs) and its
+    ``not_before`` (seconds since the epoch: values signed earlier are withdrawn)."""
 
     url: str
     caches: tuple[str, ...] = ("fx_graph", "autograd", "dynamo_pgo")
     password: str | None = field(default=None, repr=False)
     keys: tuple[bytes, ...] = field(default=(), repr=False)
+    not_before: int | None = None
 
     def to_env(self) -> dict[str, str]:
         """The variables the entrypoint sets in the training processes' environment."""
@@ -59,6 +63,8 @@ class RedisHandoff:
             env[REDIS_PASSWORD_ENV] = self.password
         for name, key in zip((KEY_ENV, PREVIOUS_KEY_ENV), self.keys, strict=False):
             env[name] = key.decode()
+        if self.keys and self.not_before is not None:
+            env[NOT_BEFORE_ENV] = format_moment(self.not_before)
         return env
 
     @classmethod
@@ -75,7 +81,9 @@ class RedisHandoff:
         keys: tuple[bytes, ...] = ()
         if current:
             keys = (current, previous) if previous and previous != current else (current,)
-        return cls(url, caches, environ.get(REDIS_PASSWORD_ENV) or None, keys)
+        moment = (environ.get(NOT_BEFORE_ENV) or "").strip()
+        not_before = parse_moment(moment, what=NOT_BEFORE_ENV) if keys and moment else None
+        return cls(url, caches, environ.get(REDIS_PASSWORD_ENV) or None, keys, not_before)
 
     @classmethod
     def take(cls, environ: MutableMapping[str, str]) -> RedisHandoff | None:

@@ -53,6 +53,7 @@ __all__ = [
     "MASTER_PORT_ENV",
     "MAX_READ_BYTES_ENV",
     "METRICS_DIR_ENV",
+    "NOT_BEFORE_ENV",
     "NPROC_PER_NODE_ENV",
     "PREFIX",
     "PREVIOUS_KEY_ENV",
@@ -128,6 +129,7 @@ REDIS_PASSWORD_ENV = "TRCOMP_REDIS_PASSWORD"
 REDIS_PASSWORD_SECRET_ENV = "TRCOMP_REDIS_PASSWORD_SECRET"
 REDIS_CA_ENV = "TRCOMP_REDIS_CA_CERTS"
 MAX_READ_BYTES_ENV = "TRCOMP_SHARED_CACHE_MAX_READ_BYTES"
+NOT_BEFORE_ENV = "TRCOMP_SHARED_CACHE_NOT_BEFORE"
 REDIS_URL_ENV = "TRCOMP_REDIS_URL"
 REDIS_CACHES_ENV = "TRCOMP_REDIS_CACHES"
 # -- the SDK's own settings, from the user's shell --------------------------------------------
@@ -189,6 +191,9 @@ REGISTRY: tuple[EnvVar, ...] = (
            "A Secrets Manager secret holding the Redis password."),
     EnvVar(REDIS_CA_ENV, "user", ("entrypoint",), False, "no",
            "A CA bundle a rediss:// server's certificate is checked with."),
+    EnvVar(NOT_BEFORE_ENV, "user", ("entrypoint", "hook"), False, "redis",
+           "Entries and Redis values signed before this time (ISO-8601, UTC) are withdrawn: "
+           "never read (trcomp.contract.withdrawal). The hook holds it only in a Redis job."),
     EnvVar(MAX_READ_BYTES_ENV, "user", ("entrypoint",), False, "no",
            "At most this many unpacked bytes of shared-cache entries are read at start."),
     EnvVar(REDIS_URL_ENV, "entrypoint", ("hook",), False, "redis",

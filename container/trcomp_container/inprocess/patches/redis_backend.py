@@ -20,28 +20,32 @@ it reads into its repro scripts.
 
 And they sign what inductor stores and check what it reads, when the job has the
 team's key (the handoff's keys: the current one, and the previous one while the team
-rotates keys): a value is stored as
-:data:`HEADER`, an HMAC-SHA256 of its Redis key name and bytes with the current key,
-then the bytes inductor gave. A value read back that no key signed under that name
-(unsigned, changed, copied from another key name) is a miss, never handed to
-inductor (it unpickles FX-graph entries: code), and is counted
-(:attr:`RedisGuard.refused`); the record carries the count and one warning. Without
-a key values are stored as they are, and read as they are but for a signature, which
-is taken off unchecked (a keyed job's value is still a hit): Redis is then exactly as
-trusted as its password.
+rotates keys; :mod:`trcomp_container.caching.signing`, purpose
+:data:`~trcomp_container.caching.signing.REDIS_VALUE`): a value is stored as
+:data:`HEADER`, the time it was written (8 bytes, seconds), an HMAC-SHA256 of its
+Redis key name, that time and its bytes with the current key, then the bytes inductor
+gave. A value read back that no key signed under that name (unsigned, changed, copied
+from another key name, signed by an older trcomp) is a miss, never handed to inductor
+(it unpickles FX-graph entries: code), and is counted (:attr:`RedisGuard.refused`); so
+is one signed before the team's ``not_before`` (withdrawn, :attr:`RedisGuard.withdrawn`
+too). The record carries the counts and one warning each. Without a key values are
+stored as they are, and read as they are but for a signature, which is taken off
+unchecked (a keyed job's value is still a hit): Redis is then exactly as trusted as its
+password.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import hmac
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from trcomp.contract.withdrawal import format_moment
+from trcomp_container.caching import signing
+from trcomp_container.caching.signing import Keys
 from trcomp_container.inprocess import torch_compat
 from trcomp_container.inprocess.redis_handoff import RedisHandoff
 
@@ -49,6 +53,7 @@ __all__ = [
     "CALL_DEADLINE_S",
     "HEADER",
     "RedisGuard",
+    "checked",
     "install",
     "sign",
     "verified",
@@ -60,39 +65,49 @@ CALL_DEADLINE_S = 5.0
 not the call: a server that trickles its reply a byte at a time held one lookup 25 s."""
 
 
-HEADER = b"trcomp-redis-value/1\n"
-"""What a signed value starts with (the version of the scheme), before its 32-byte MAC."""
-_MAC_BYTES = 32
+HEADER = b"trcomp-redis-value/2\n"
+"""What a signed value starts with (the version of the scheme), before its time and MAC."""
+_OLD_HEADERS = (b"trcomp-redis-value/1\n",)
+"""Headers of older schemes: taken off by a job without a key, never verified."""
+_TIME_BYTES = 8
+_START = len(HEADER) + _TIME_BYTES + signing.MAC_BYTES
 
 
-def _mac(key: bytes, name: str, value: bytes) -> bytes:
-    named = name.encode("utf-8", "surrogatepass")
-    # The name's length first: no name/value split can read as another.
-    message = HEADER + len(named).to_bytes(8, "big") + named + value
-    return hmac.new(key, message, hashlib.sha256).digest()
+def _fields(name: str, value: bytes) -> tuple[bytes, bytes]:
+    return name.encode("utf-8", "surrogatepass"), value
 
 
-def sign(key: bytes, name: str, value: bytes) -> bytes:
-    """``value`` as stored under the Redis key ``name``: header, MAC with ``key``, value."""
-    return HEADER + _mac(key, name, value) + value
+def sign(key: bytes, name: str, value: bytes, when: int | None = None) -> bytes:
+    """``value`` as stored under the Redis key ``name``, written at ``when`` (now): header,
+    time, MAC with ``key``, value."""
+    seconds = signing.written_at(when)
+    mac = signing.sign(key, signing.REDIS_VALUE, seconds, *_fields(name, value))
+    return HEADER + seconds.to_bytes(_TIME_BYTES, "big") + mac + value
+
+
+def checked(keys: Keys, name: str, stored: bytes) -> tuple[signing.Verdict, bytes | None]:
+    """Whether :func:`sign` stored ``stored`` under ``name`` with one of ``keys``, not
+    withdrawn; the value when it is ``ok``."""
+    if not stored.startswith(HEADER) or len(stored) < _START:
+        return "bad", None
+    when = int.from_bytes(stored[len(HEADER) : len(HEADER) + _TIME_BYTES], "big")
+    mac, value = stored[len(HEADER) + _TIME_BYTES : _START], stored[_START:]
+    verdict = signing.check(keys, signing.REDIS_VALUE, when, mac, *_fields(name, value))
+    return verdict, value if verdict == "ok" else None
 
 
 def verified(keys: Sequence[bytes], name: str, stored: bytes) -> bytes | None:
     """The value :func:`sign` stored under ``name`` with one of ``keys``; None otherwise."""
-    start = len(HEADER) + _MAC_BYTES
-    if not stored.startswith(HEADER) or len(stored) < start:
-        return None
-    mac, value = stored[len(HEADER) : start], stored[start:]
-    # Every key tried, whichever matches: the time taken says nothing about which.
-    if sum(hmac.compare_digest(mac, _mac(key, name, value)) for key in keys):
-        return value
-    return None
+    return checked(Keys(tuple(keys)), name, stored)[1]
 
 
 def _unchecked(stored: bytes) -> bytes:
     """A value as a job without a key reads it: the signature, if any, taken off."""
-    if stored.startswith(HEADER) and len(stored) >= len(HEADER) + _MAC_BYTES:
-        return stored[len(HEADER) + _MAC_BYTES :]
+    if stored.startswith(HEADER) and len(stored) >= _START:
+        return stored[_START:]
+    for header in _OLD_HEADERS:
+        if stored.startswith(header) and len(stored) >= len(header) + signing.MAC_BYTES:
+            return stored[len(header) + signing.MAC_BYTES :]
     return stored
 
 
@@ -110,9 +125,11 @@ class RedisGuard:
         first and checked with all (None: the backend keeps torch's own client, no keys)."""
         self.down = False
         self.deadline_s = deadline_s
-        self.keys: Sequence[bytes] = handoff.keys if handoff is not None else ()
+        self.keys = Keys(handoff.keys, handoff.not_before) if handoff is not None else Keys()
         self.refused = 0
-        """Values read that no key signed under their name: each was a miss."""
+        """Values read that no key signed under their name, or withdrawn: each was a miss."""
+        self.withdrawn = 0
+        """Of :attr:`refused`, values signed before the team's ``not_before``."""
         self._warn = warn
         self._handoff = handoff
         self._client: Any = None
@@ -128,9 +145,10 @@ class RedisGuard:
                 return None
             if not guard.keys:  # trusted as it is; a keyed job's header would not decode
                 return _unchecked(bytes(stored))
-            value = verified(guard.keys, key, bytes(stored))
+            verdict, value = checked(guard.keys, key, bytes(stored))
             if value is None:
                 guard.refused += 1  # a miss: inductor compiles it again
+                guard.withdrawn += verdict == "withdrawn"
             return value
 
         return get
@@ -141,22 +159,35 @@ class RedisGuard:
 
         @functools.wraps(method)
         def put(backend: Any, key: str, data: Any, *args: Any, **kwargs: Any) -> Any:
-            if guard.keys and isinstance(data, bytes | bytearray):
-                data = sign(guard.keys[0], key, bytes(data))
+            current = guard.keys.current
+            if current is not None and isinstance(data, bytes | bytearray):
+                data = sign(current, key, bytes(data))
             return guard._call(method, backend, key, data, *args, **kwargs)
 
         return put
 
     def refused_warning(self) -> str | None:
-        """One warning naming how many values were refused; None when none was."""
-        if not self.refused:
+        """One warning naming how many values were refused for their signature (withdrawn
+        ones apart: :meth:`withdrawn_warning`); None when none was."""
+        forged = self.refused - self.withdrawn
+        if not forged:
             return None
         return (
-            f"{self.refused} value(s) read from the Redis of shared_cache carried no valid "
-            "signature of the team's key (unsigned, changed, or copied from another key name) "
-            "and were treated as misses: inductor compiled those graphs again instead of "
-            "loading them. A job without the key, or someone with the Redis password, wrote "
-            "them (docs/remote.md, Redis)."
+            f"{forged} value(s) read from the Redis of shared_cache carried no valid "
+            "signature of the team's key (unsigned, changed, copied from another key name, or "
+            "signed by an older trcomp) and were treated as misses: inductor compiled those "
+            "graphs again instead of loading them. A job without the key, or someone with the "
+            "Redis password, wrote them (docs/remote.md, Redis)."
+        )
+
+    def withdrawn_warning(self) -> str | None:
+        """One warning naming how many values were withdrawn; None when none was."""
+        if not self.withdrawn:
+            return None
+        return (
+            f"{self.withdrawn} value(s) read from the Redis of shared_cache were signed before "
+            f"the team's not_before ({format_moment(self.keys.not_before or 0)}): withdrawn, "
+            "treated as misses and compiled again (docs/remote.md, Withdrawing entries)."
         )
 
     def _call(self, method: Callable[..., Any], backend: Any, *args: Any, **kwargs: Any) -> Any:
