@@ -38,6 +38,7 @@ from trcomp.contract.shared_cache import (
     refuse_previous_key_alone,
 )
 from trcomp.contract.shared_trust import check_bucket_private, check_directory
+from trcomp.contract.withdrawal import not_before_of
 
 __all__ = ["check_shared_cache"]
 
@@ -198,6 +199,7 @@ def _check_secrets_placed(
     """
     refuse_empty_secrets(environment, _SECRET_NAMES)
     refuse_previous_key_alone(environment)
+    not_before_of(environment)  # a withdrawal moment without a key, empty or malformed
     for name in environment:
         if str(name) not in _SECRET_NAMES and _near(str(name)):
             raise SharedCacheError(
