@@ -86,6 +86,41 @@ def test_a_withdrawn_entry_put_back_is_skipped_and_one_written_after_is_read(tmp
     assert written != bad.name and before.facts["entries_read"] == 2
 
 
+def test_trcomp_cache_withdraw_reaches_a_job_that_reads_its_key_from_the_secret(tmp_path):
+    """The SageMaker route: the CLI writes the moment into the key's secret (moto); the
+    job reads key and moment from it and skips the entry written before."""
+    import os
+
+    import boto3
+
+    from tests.helpers.aws import aws_environment, moto_server
+    from trcomp.cli import main
+    from trcomp.contract.env import KEY_SECRET_ENV
+
+    _signed_entry(tmp_path / "s" / COMPAT.key, {"inductor/bad": b"planted"}, LONG_AGO)
+    _signed_entry(tmp_path / "s" / COMPAT.key, {"inductor/good": b"kept"}, time.time() - 60)
+    with moto_server(tmp_path) as moto, aws_environment(moto.url):
+        arn = boto3.client("secretsmanager").create_secret(Name="k", SecretString=KEY)["ARN"]
+        environ = {
+            KEY_SECRET_ENV: arn,
+            **{k: os.environ[k] for k in ("AWS_ENDPOINT_URL", "AWS_REGION")},
+        }
+        before = open_shared_cache(
+            f"file://{tmp_path / 's'}", compat=COMPAT, engine="inductor", live=tmp_path / "a",
+            environ=environ, remote_job=False,
+        )  # fmt: skip
+        assert main(["cache", "withdraw", "--secret", arn, "--before", MOMENT]) == 0
+        after = open_shared_cache(
+            f"file://{tmp_path / 's'}", compat=COMPAT, engine="inductor", live=tmp_path / "b",
+            environ=environ, remote_job=False,
+        )  # fmt: skip
+    assert before.facts["entries_read"] == 2 and "not_before" not in before.facts
+    assert after.facts["entries_read"] == 1 and after.facts["entries_withdrawn"] == 1
+    assert after.facts["not_before"] == MOMENT and KEY not in str(after.facts)
+    assert (tmp_path / "b" / "inductor/good").exists()
+    assert not (tmp_path / "b" / "inductor/bad").exists()
+
+
 def test_a_withdrawal_moment_is_checked_like_the_key(tmp_path):
     for environ, says in [
         ({NOT_BEFORE_ENV: MOMENT, KEY_ENV: ""}, "TRCOMP_SHARED_CACHE_KEY is set but empty"),

@@ -1,7 +1,7 @@
 """The ``trcomp`` command: chores around compiled training jobs, without writing Python.
 
-``trcomp doctor``, ``trcomp image uri|build|push``, ``trcomp run SCRIPT`` and
-``trcomp bench``. Every command has ``--help``; the
+``trcomp doctor``, ``trcomp image uri|build|push``, ``trcomp run SCRIPT``,
+``trcomp cache withdraw`` and ``trcomp bench``. Every command has ``--help``; the
 pages under docs/cli/ show each one with real output.
 
 Exit codes: 0 success, 1 the command failed (the message says why and what to do),
@@ -29,7 +29,7 @@ _DESCRIPTION = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole ``trcomp`` parser; each command sets ``func(args) -> int``."""
-    from trcomp.cli import doctor, image, run
+    from trcomp.cli import cache, doctor, image, run
     from trcomp_bench.cli import register as register_bench
 
     parser = argparse.ArgumentParser(
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.register(commands)
     image.register(commands)
     run.register(commands)
+    cache.register(commands)
     register_bench(commands)
     return parser
 
