@@ -23,15 +23,16 @@ _FUTURE_SLACK_S = 60
 """How far ahead of this machine's clock ``--before`` may be (clocks differ a little)."""
 
 _DESCRIPTION = f"""\
-Withdraw everything the team's key signed before a moment: every job that reads with
-the key then skips shared-cache entries and Redis values written earlier (counted as
-entries_withdrawn / redis_values_withdrawn in its summary) and compiles them again.
-The key stays the same. The moment travels with the key, never in the store.
+Withdraw everything the team's key signed before a moment, keeping the key:
+every job that reads with the key then skips the shared-cache entries and
+Redis values written earlier (entries_withdrawn, redis_values_withdrawn in its
+summary) and compiles them again. The moment travels with the key, never in
+the store.
 
-  --secret NAME-OR-ARN   the secret {KEY_SECRET_ENV} names: its value becomes
-                         {{"key": <the key, kept>, "not_before": <moment>}}
-  --env                  print {NOT_BEFORE_ENV}=<moment>, to set beside
-                         {KEY_ENV} in local modes' environment=
+  --secret   the secret {KEY_SECRET_ENV} names: its value
+             becomes {{"key": <the key, kept>, "not_before": <moment>}}
+  --env      print {NOT_BEFORE_ENV}=<moment>, to set beside
+             {KEY_ENV} in a local-mode estimator's environment=
 
 Jobs already running keep what they read: stop them."""
 
