@@ -131,7 +131,7 @@ def test_a_rewritten_redis_value_is_a_miss_a_keyed_job_counts_in_its_summary(ser
     try:
         cold = _job(tmp_path, "keyed-first", _config(server.url), **env)
         names = list(client.scan_iter("pt2:*"))
-        assert names and all(client.get(name).startswith(b"trcomp-redis-value/1") for name in names)
+        assert names and all(client.get(name).startswith(b"trcomp-redis-value/2") for name in names)
         for name in names:
             client.set(name, b'{"attacker": true}')
         # With debug=True: torch writes its repro scripts and trace logs into the job's output.
