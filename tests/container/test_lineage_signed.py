@@ -18,13 +18,17 @@ from pathlib import Path
 
 import pytest
 
+from trcomp.contract.config import TrainingCompilerConfig
 from trcomp.contract.errors import SharedCacheError
+from trcomp_container import training
 from trcomp_container.backends import inductor, xla
 from trcomp_container.backends import jax as jax_engine
 from trcomp_container.caching import job_setup, lineage
 from trcomp_container.caching.lineage import MANIFEST_NAME
 from trcomp_container.caching.lineage_signed import SignedLineage, manifest_mac
-from trcomp_container.environment import CACHE_LOCATION_ENV
+from trcomp_container.devices import Devices
+from trcomp_container.environment import CACHE_LOCATION_ENV, build_environment
+from trcomp_container.job import Job, JobPaths
 
 KEY = "team-a-key-0123456789abcdef"
 OLD_KEY = "team-a-old-key-fedcba9876543210"
@@ -226,3 +230,52 @@ def test_every_cache_dir_the_compilers_load_from_is_withheld_in_a_keyed_job(tmp_
         if value.startswith(str(tmp_path)) or value.startswith(os.path.realpath(tmp_path))
     }
     assert dirs == set(CACHE_LOCATION_ENV)
+
+
+def _environment(tmp_path: Path, environ: dict[str, str], backend: str = "inductor"):
+    """The training processes' environment, as the entrypoint builds it; and its warnings."""
+    config = TrainingCompilerConfig(
+        backend=backend, **({"xla_engine": "jax"} if backend == "xla" else {})
+    )
+    job = Job(
+        paths=JobPaths.under(tmp_path / "ml"), framework_params={}, user_args=[], toolkit_env={},
+        entry_point="train.py", module_dir="", hosts=["algo-1"], current_host="algo-1",
+        num_gpus=0, num_cpus=2, environ=environ, instance_type="local_process",
+    )  # fmt: skip
+    report = training._Report(keyed=job_setup.is_keyed(environ))
+    base = training._training_base(config, job, report)
+    env = build_environment(
+        config=config, backend=backend, engine="jax" if backend == "xla" else None,
+        devices=Devices(), paths=job.paths, base_env=base, metrics_dir=tmp_path / "m",
+        scratch_dir=tmp_path / "scratch", cache_dir=tmp_path / "live", keyed=report.keyed,
+    )  # fmt: skip
+    return env, report.warnings
+
+
+def test_a_keyed_job_withholds_the_cache_dirs_its_environment_names(tmp_path):
+    """A cache dir someone else fills (a shared /tmp folder, another job's) would reach the
+    compilers unchecked: a keyed job's compilers load from the live cache only."""
+    inherited = {"TORCHINDUCTOR_CACHE_DIR": "/tmp/team-inductor", "TRITON_CACHE_DIR": "/tmp/t"}
+    env, warnings = _environment(tmp_path, {**KEYED, **inherited})
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "live" / "inductor")
+    assert env["TRITON_CACHE_DIR"] == str(tmp_path / "live" / "triton")
+    (warning,) = warnings
+    assert "TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR" in warning and KEY not in warning
+    keyless, _ = _environment(tmp_path, inherited)  # a keyless job: the user's value wins
+    assert keyless["TORCHINDUCTOR_CACHE_DIR"] == "/tmp/team-inductor"
+
+
+def test_a_keyed_jax_job_keeps_its_cache_in_the_live_dir(tmp_path):
+    """Keyless, JAX writes and reads the checkpoint location itself; keyed, its cache goes
+    through the signed lineage like the rest."""
+    env, _ = _environment(tmp_path, {**KEYED, "JAX_COMPILATION_CACHE_DIR": "/tmp/j"}, "xla")
+    assert env["JAX_COMPILATION_CACHE_DIR"] == os.path.realpath(tmp_path / "live" / "jax")
+    assert env["JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES"] == "none"
+    keyless, _ = _environment(tmp_path, {}, "xla")
+    checkpoint = tmp_path / "ml" / "checkpoints" / "trcomp-cache" / "jax"
+    assert keyless["JAX_COMPILATION_CACHE_DIR"] == os.path.realpath(checkpoint)
+    assert "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES" not in keyless
+    persistent = tmp_path / "ml" / "checkpoints" / "trcomp-cache"
+    _write(persistent / "jax" / "planted-program", b"an executable")
+    live, signed = _restore(tmp_path, persistent, "jax-live")
+    assert _files(live) == set() and signed.facts["files_refused"] == 1
