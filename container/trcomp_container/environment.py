@@ -21,9 +21,19 @@ from trcomp_container.backends import jax as jax_engine
 from trcomp_container.devices import Devices
 from trcomp_container.job import JobPaths
 
-__all__ = ["HOOK_DIR", "build_environment"]
+__all__ = ["CACHE_LOCATION_ENV", "HOOK_DIR", "build_environment"]
 
 HOOK_DIR = Path(__file__).resolve().parent / "hook"
+
+CACHE_LOCATION_ENV = (
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+    "XLA_PERSISTENT_CACHE_PATH",
+    "JAX_COMPILATION_CACHE_DIR",
+)
+"""Where the compilers load cached code from. A value the user set wins in a keyless job;
+a job with the team's key never hands one on (``training._training_base``): there the
+compilers load only from the live cache, which holds nothing unchecked."""
 
 
 def build_environment(
@@ -38,6 +48,7 @@ def build_environment(
     scratch_dir: Path,
     fallback_reason: str | None = None,
     cache_dir: Path | None = None,
+    keyed: bool = False,
 ) -> dict[str, str]:
     """The user's process environment: ``base_env`` plus the compiler's variables.
 
@@ -47,7 +58,9 @@ def build_environment(
     write their caches while the job runs (default: ``paths.cache``; the
     entrypoint passes a local dir, see :mod:`trcomp_container.caching.lineage`).
     ``scratch_dir`` holds throw-away compile caches when ``config.cache`` is
-    False, so every such job starts cold.
+    False, so every such job starts cold. ``keyed`` (a job with the team's key): the
+    jax engine's cache is in the live dir too, not the checkpoint location, so that JAX
+    loads only what the signed lineage restored (:mod:`.caching.lineage_signed`).
     """
     env = dict(base_env)
     resolved = RuntimeConfig.resolved(
@@ -81,10 +94,15 @@ def build_environment(
             defaults.update(inductor.debug_environment(paths.compiler))
     elif engine == "jax":
         decided.update(jax_engine.environment(config, devices, base_env))
-        # Not the live dir: JAX puts a path under its cache dir into every cache
-        # key, and the live dir's path changes from job to job. Its cache is a few
-        # files per program, fine to write straight into the checkpoint dir.
-        defaults.update(jax_engine.cache_environment(paths.cache if config.cache else scratch_dir))
+        if keyed:  # the live dir; without JAX's XLA sub-caches no key holds its path
+            defaults.update(jax_engine.cache_environment(cache_root))
+            defaults["JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES"] = "none"
+        else:
+            # Not the live dir: JAX puts a path under its cache dir into every cache
+            # key, and the live dir's path changes from job to job. Its cache is a few
+            # files per program, fine to write straight into the checkpoint dir.
+            jax_root = paths.cache if config.cache else scratch_dir
+            defaults.update(jax_engine.cache_environment(jax_root))
         if config.debug:
             debug = jax_engine.debug_environment(paths.compiler, decided.get("XLA_FLAGS", ""))
             decided["XLA_FLAGS"] = debug.pop("XLA_FLAGS")

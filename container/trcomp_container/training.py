@@ -26,16 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from trcomp.contract.config import TrainingCompilerConfig
-from trcomp.contract.env import KEY_ENV, KEY_SECRET_ENV, LAUNCHER_ENV, for_training
+from trcomp.contract.env import LAUNCHER_ENV, for_training
 from trcomp.contract.errors import CompilerConfigError, SharedCacheError
 from trcomp.contract.keys import CHECKPOINT_URI_ENV
 from trcomp.contract.proctree import grace_s
 from trcomp_container import summary as summary_module
 from trcomp_container.backends import ConcreteBackend, Engine, resolve_backend, resolve_engine
 from trcomp_container.caching import job_setup, lineage
+from trcomp_container.caching.lineage_signed import SignedLineage
 from trcomp_container.caching.shared import SharedCache
 from trcomp_container.devices import Devices, detect_devices
-from trcomp_container.environment import build_environment
+from trcomp_container.environment import CACHE_LOCATION_ENV, build_environment
 from trcomp_container.failures import (
     ExitCode,
     JobFailed,
@@ -70,6 +71,8 @@ class _Report:
     warnings: list[str] = field(default_factory=list)
     shared: SharedCache | None = None
     keep_lineage: bool = True
+    keyed: bool = False
+    lineage: SignedLineage | None = None
 
 
 def main() -> None:
@@ -84,7 +87,8 @@ def run_job(job: Job) -> tuple[int, str]:
     """Run ``job`` end to end; return ``(exit code, reason)`` after writing every report."""
     started = time.time()
     report = _Report(
-        facts={"devices": None, "backend": None, "engine": None, "requested_backend": None}
+        facts={"devices": None, "backend": None, "engine": None, "requested_backend": None},
+        keyed=job_setup.is_keyed(job.environ),
     )
     metrics_dir = job.paths.compiler / "ranks"
     shutil.rmtree(metrics_dir, ignore_errors=True)
@@ -103,7 +107,7 @@ def run_job(job: Job) -> tuple[int, str]:
     finally:
         live = _live_cache(scratch)
         if live.is_dir() and report.keep_lineage:  # what the job compiled is kept, always
-            report.facts["cache_files_saved"] = lineage.persist(live, job.paths.cache)
+            _persist_lineage(job, report, live)
         if report.shared is not None:  # shared by successful jobs only
             seen = len(report.shared.warnings)
             report.facts["shared_cache"] = report.shared.finish(live, succeeded=exit_code == 0)
@@ -163,9 +167,20 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
     except SharedCacheError as exc:
         raise JobFailed(str(exc), ExitCode.CONFIG) from None
     if config.cache and backend is not None:
-        report.facts["cache_files_restored"] = job_setup.restore_lineage(
-            job.paths.cache, live_cache, report.shared
+        try:
+            report.lineage = job_setup.signed_lineage(
+                job.environ, report.shared, timeout_s=config.shared_cache_timeout_s
+            )
+        except SharedCacheError as exc:
+            raise JobFailed(str(exc), ExitCode.CONFIG) from None
+        restored = job_setup.restore_lineage(
+            job.paths.cache, live_cache, report.shared, report.lineage
         )
+        report.facts["cache_files_restored"] = restored
+        if report.lineage is not None:  # what was not restored, and why, is in the summary
+            report.facts["lineage"] = report.lineage.facts
+            _warn(report, *report.lineage.warnings)
+            cache_warm = restored > 0
     if report.shared is not None:
         report.facts["shared_cache"] = report.shared.facts
         _warn(report, *report.shared.warnings)
@@ -184,6 +199,7 @@ def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[i
             scratch_dir=scratch,
             fallback_reason=fallback,
             cache_dir=live_cache,
+            keyed=report.keyed,
         )
         if chosen is not None:  # a value the user set wins, as for the other cache variables
             env.update({k: v for k, v in variables.items() if k not in base_env})
@@ -246,20 +262,33 @@ def _training_base(config: TrainingCompilerConfig, job: Job, report: _Report) ->
     the Redis password and every other ``TRCOMP_*`` name not allow-listed stay here; in a
     job with a shared cache or a key, so do torch's remote-cache variables, which would
     let a process without the start-up hook read unsigned values."""
-    keyed = any(job.environ.get(name) for name in (KEY_ENV, KEY_SECRET_ENV))
     base, dropped = for_training(
         {**job.environ, **job.toolkit_env},
-        drop_torch_remote_cache=config.shared_cache is not None or keyed,
+        drop_torch_remote_cache=config.shared_cache is not None or report.keyed,
     )
+    if report.keyed:  # the compilers load only the live cache, which holds nothing unchecked
+        dropped += sorted(name for name in CACHE_LOCATION_ENV if base.pop(name, None) is not None)
     if dropped:
         _warn(
             report,
             f"not passed to the training processes: {', '.join(dropped)} (trcomp variables "
             "it does not know, or torch's remote-cache variables in a job with a shared cache "
-            "or a key, where only the start-up hook turns those caches on, and signs: "
+            "or a key, where only the start-up hook turns those caches on, and signs; in a job "
+            "with a key, the compilers' cache dirs too, which would load unchecked code: "
             "docs/environment.md)",
         )
     return base
+
+
+def _persist_lineage(job: Job, report: _Report, live: Path) -> None:
+    """Copy what the job compiled into its checkpoint location; a keyed job signs the list
+    of what is there (:mod:`~trcomp_container.caching.lineage_signed`), and keeps nothing
+    when it never read its key: files no keyed job signed are never restored anyway."""
+    if not report.keyed:
+        report.facts["cache_files_saved"] = lineage.persist(live, job.paths.cache)
+    elif report.lineage is not None:
+        report.facts["cache_files_saved"] = report.lineage.persist(live, job.paths.cache)
+        report.facts["lineage"] = report.lineage.facts
 
 
 def _warn(report: _Report, *warnings: str) -> None:

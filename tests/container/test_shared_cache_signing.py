@@ -52,8 +52,20 @@ def _start(config: TrainingCompilerConfig, job: Job, live: Path) -> SharedCache:
     """The entrypoint's cache steps before the script: shared cache first, lineage second."""
     shared = job_setup.open_for_job(config, job, Devices(), live, engine="inductor")
     assert shared is not None
-    job_setup.restore_lineage(job.paths.cache, live, shared)
+    signed = job_setup.signed_lineage(job.environ, shared, timeout_s=5)
+    job_setup.restore_lineage(job.paths.cache, live, shared, signed)
     return shared
+
+
+def _signed_lineage(job: Job, files: dict[str, bytes]) -> None:
+    """What an earlier keyed job of ``job``'s lineage left in its checkpoint location."""
+    live = job.paths.base / "earlier-live"
+    for relative, body in files.items():
+        (live / relative).parent.mkdir(parents=True, exist_ok=True)
+        (live / relative).write_bytes(body)
+    signed = job_setup.signed_lineage(job.environ, None, timeout_s=5)
+    assert signed is not None
+    signed.persist(live, job.paths.cache)
 
 
 def _files(live: Path) -> set[str]:
@@ -64,18 +76,19 @@ def test_files_restored_from_the_lineage_are_never_signed_into_the_team_cache(tm
     config = TrainingCompilerConfig(backend="inductor", shared_cache=f"file://{tmp_path / 's'}")
     environ = {"TRCOMP_SHARED_CACHE_KEY": KEY}
     victim = _job(tmp_path / "victim", environ)
-    # Someone without the key writes the victim's checkpoint location (its lineage).
+    # An earlier keyed job of the lineage signed one file; then someone without the key
+    # writes the victim's checkpoint location.
+    _signed_lineage(victim, {"inductor/fxgraph/re/frewritten/0": b"lineage's, compiled again"})
+    rewritten = victim.paths.cache / "inductor/fxgraph/re/frewritten/0"
+    planted_mtime = rewritten.stat().st_mtime_ns
     planted = victim.paths.cache / PLANTED
     planted.parent.mkdir(parents=True)
     planted.write_bytes(b"cos\nsystem\n(S'echo planted'\ntR.")  # a pickle that runs a command
-    rewritten = victim.paths.cache / "inductor/fxgraph/re/frewritten/0"
-    rewritten.parent.mkdir(parents=True)
-    rewritten.write_bytes(b"planted, compiled again!")
-    planted_mtime = rewritten.stat().st_mtime_ns
 
     live = tmp_path / "victim-live"
     shared = _start(config, victim, live)
-    assert (live / PLANTED).is_file()  # the job itself still uses its lineage
+    assert not (live / PLANTED).exists()  # a keyed job restores only signed lineage files
+    assert (live / "inductor/fxgraph/re/frewritten/0").is_file()
     # What the job compiles: a new graph, and one the lineage had, written again.
     (live / "inductor/fxgraph/ow/fown/0").parent.mkdir(parents=True)
     (live / "inductor/fxgraph/ow/fown/0").write_bytes(b"compiled by the job")
@@ -84,7 +97,7 @@ def test_files_restored_from_the_lineage_are_never_signed_into_the_team_cache(tm
     os.utime(live / "inductor/fxgraph/re/frewritten/0", ns=(planted_mtime, planted_mtime))
     lineage.persist(live, victim.paths.cache)
     facts = shared.finish(live, succeeded=True)
-    assert facts["lineage_files_left_out"] == 2
+    assert facts["lineage_files_left_out"] == 1
     assert facts["files_written"] == 2, facts
 
     reader_live = tmp_path / "reader-live"
@@ -109,11 +122,10 @@ def test_a_lineage_file_the_shared_cache_also_had_is_not_signed_again(tmp_path):
 
     config = TrainingCompilerConfig(backend="inductor", shared_cache=uri)
     job = _job(tmp_path / "second", environ)
-    (job.paths.cache / "inductor").mkdir(parents=True)
-    (job.paths.cache / "inductor/g").write_bytes(b"planted over the signed graph")
+    _signed_lineage(job, {"inductor/g": b"the lineage's graph, signed"})
     live = tmp_path / "second-live"
     shared = _start(config, job, live)
-    assert (live / "inductor/g").read_bytes() == b"planted over the signed graph"
+    assert (live / "inductor/g").read_bytes() == b"the lineage's graph, signed"
     facts = shared.finish(live, succeeded=True)
     assert facts["files_written"] == 0 and "entry_written" not in facts
 

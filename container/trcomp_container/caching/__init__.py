@@ -2,6 +2,8 @@
 
 - :mod:`.lineage`: the live cache dir on local disk, restored from and
   persisted to the checkpoint location;
+- :mod:`.lineage_signed`: the same in a job with the team's key, which restores
+  only files listed in a manifest a keyed job signed;
 - :mod:`.job_setup`: what the entrypoint does about caches before the start-up
   check (opens the shared cache, the variables of the user's process);
 - :mod:`.compat`: the compatibility set, the key entries are kept under;

@@ -9,7 +9,9 @@ temp files, locks or anything else that only matters to a running compiler.
 
 What :func:`restore_paths` names came from the checkpoint location, which others
 may be able to write: the shared cache never signs those files as the job's own
-(:func:`~trcomp_container.caching.job_setup.restore_lineage`).
+(:func:`~trcomp_container.caching.job_setup.restore_lineage`). These plain copies are a
+keyless job's, which trusts its checkpoint location; a job with the team's key restores
+only what a keyed job signed there (:mod:`.lineage_signed`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ import os
 import shutil
 from pathlib import Path, PurePath
 
-__all__ = ["is_transient", "persist", "restore", "restore_paths"]
+__all__ = ["MANIFEST_NAME", "is_transient", "persist", "restore", "restore_paths"]
+
+MANIFEST_NAME = "trcomp-lineage-manifest.json"
+"""A keyed job's signed list of the files it persisted (:mod:`.lineage_signed`), at the
+top of the persisted cache; never copied into the live cache."""
 
 # inductor: locks/ with *.lock files, ".<pid>.<tid>.tmp" files of atomic writes;
 # triton: "tmp.pid_<pid>_<n>" dirs it renames into place; torch-xla: *.tmp.
@@ -92,7 +98,7 @@ def restore(persistent: Path, live: Path) -> int:
 
 
 def _copy_tree_file(source: Path, live: Path) -> bool:
-    if is_transient(PurePath(source.name)):
+    if is_transient(PurePath(source.name)) or source.name == MANIFEST_NAME:
         return False
     dest = live / source.name
     if dest.is_file() and dest.stat().st_size == source.stat().st_size:
