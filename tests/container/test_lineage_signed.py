@@ -10,10 +10,10 @@ checkpoint location (the default prefix is predictable) but has no key.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import os
 import pickle
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -23,9 +23,9 @@ from trcomp.contract.errors import SharedCacheError
 from trcomp_container import training
 from trcomp_container.backends import inductor, xla
 from trcomp_container.backends import jax as jax_engine
-from trcomp_container.caching import job_setup, lineage
+from trcomp_container.caching import job_setup, lineage, signing
 from trcomp_container.caching.lineage import MANIFEST_NAME
-from trcomp_container.caching.lineage_signed import SignedLineage, manifest_mac
+from trcomp_container.caching.lineage_signed import SignedLineage
 from trcomp_container.devices import Devices
 from trcomp_container.environment import CACHE_LOCATION_ENV, build_environment
 from trcomp_container.job import Job, JobPaths
@@ -174,9 +174,38 @@ def test_a_manifest_rewritten_without_the_key_restores_nothing(tmp_path):
 
 def test_a_manifest_signed_with_another_purpose_does_not_verify(tmp_path):
     """The same key signs entries and Redis values: a manifest's MAC is kept apart."""
-    body = b'{"files": {}, "format": 1, "written": 0}'
-    plain = hmac.new(KEY.encode(), body, hashlib.sha256).hexdigest()
-    assert manifest_mac(KEY.encode(), body) != plain
+    persistent = _keyed_job_compiles(tmp_path)
+    document = json.loads((persistent / MANIFEST_NAME).read_text())
+    body, when = document["manifest"].encode(), document["written"]
+    keys = signing.Keys((KEY.encode(),))
+    mac = bytes.fromhex(document["mac"])
+    assert signing.check(keys, signing.LINEAGE_MANIFEST, when, mac, body) == "ok"
+    for other in (signing.ENTRY, signing.REDIS_VALUE):
+        assert signing.check(keys, other, when, mac, body) == "bad"
+    # Signed as an entry (the same key, the same bytes): refused as a manifest.
+    document["mac"] = signing.sign(KEY.encode(), signing.ENTRY, when, body).hex()
+    (persistent / MANIFEST_NAME).write_text(json.dumps(document))
+    live, signed = _restore(tmp_path, persistent, "victim-live")
+    assert _files(live) == set()
+    assert signed.facts["manifest"] == "refused: its signature is not this job's key's"
+
+
+def test_a_manifest_signed_before_the_teams_not_before_is_withdrawn(tmp_path):
+    """A kept copy of an older signed lineage, put back after the team withdrew it."""
+    persistent = _keyed_job_compiles(tmp_path)
+    written = json.loads((persistent / MANIFEST_NAME).read_text())["written"]
+    later = datetime.fromtimestamp(written + 2, tz=timezone.utc).isoformat()
+    withdrawn = {**KEYED, "TRCOMP_SHARED_CACHE_NOT_BEFORE": later}
+    live, signed = _restore(tmp_path, persistent, "after-withdrawal", withdrawn)
+    assert _files(live) == set()
+    assert signed.facts["manifest"] == "refused: withdrawn (signed before the team's not_before)"
+    assert signed.facts["files_refused"] == 2
+    # Before the moment: read as usual.
+    earlier = datetime.fromtimestamp(written - 2, tz=timezone.utc).isoformat()
+    live, signed = _restore(
+        tmp_path, persistent, "before", {**KEYED, "TRCOMP_SHARED_CACHE_NOT_BEFORE": earlier}
+    )
+    assert _files(live) == {GRAPH, KERNEL} and signed.facts["manifest"] == "verified"
 
 
 def test_no_manifest_restores_nothing_and_names_every_file(tmp_path):

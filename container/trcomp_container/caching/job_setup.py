@@ -22,7 +22,7 @@ from trcomp.contract.env import KEY_ENV, KEY_SECRET_ENV
 from trcomp.contract.instances import DOCKER_LOCAL_MODES, PROCESS_MODE
 from trcomp_container.backends import ConcreteBackend, Engine, inductor
 from trcomp_container.caching import lineage
-from trcomp_container.caching.cache_secrets import verifying_keys
+from trcomp_container.caching.cache_secrets import team_keys
 from trcomp_container.caching.compat import compat_set
 from trcomp_container.caching.lineage_signed import SignedLineage
 from trcomp_container.caching.shared import SharedCache, open_shared_cache
@@ -84,8 +84,9 @@ def signed_lineage(
     """
     if not is_keyed(environ):
         return None
-    keys = shared.keys if shared is not None and shared.keys else ()
-    return SignedLineage(keys or verifying_keys(environ, timeout_s=timeout_s))
+    if shared is not None and shared.keys:
+        return SignedLineage(shared.keys)
+    return SignedLineage(team_keys(environ, timeout_s=timeout_s))
 
 
 def restore_lineage(

@@ -9,7 +9,8 @@ what a keyed job of the same lineage wrote:
   (each file read without following a link, hashed as it is copied, renamed into
   place) and writes :data:`MANIFEST_NAME` beside it: every file's relative path,
   size and SHA-256, and the time, signed with the team's current key
-  (:func:`manifest_mac`);
+  (:mod:`.signing`, purpose ``LINEAGE_MANIFEST``; a manifest signed before the
+  team's ``not_before`` is withdrawn);
 - :meth:`SignedLineage.restore` reads that manifest, checks its signature with the
   current key or the previous one, and copies into the live cache only the files it
   lists whose bytes, hashed as they are copied, match; anything else (no manifest, a
@@ -25,37 +26,27 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import hmac
 import json
 import os
 import stat as stat_module
-import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from trcomp_container.caching import signing
 from trcomp_container.caching.entry import Stamp, stamp
 from trcomp_container.caching.lineage import MANIFEST_NAME, is_transient
+from trcomp_container.caching.signing import Keys
 
-__all__ = ["MANIFEST_NAME", "NAMED_REFUSED", "SignedLineage", "manifest_mac"]
+__all__ = ["MANIFEST_NAME", "NAMED_REFUSED", "SignedLineage"]
 
-FORMAT = 1
-_PURPOSE = b"trcomp lineage manifest v1\n"
+FORMAT = 2
 _MANIFEST_MAX = 64 << 20
 NAMED_REFUSED = 20
 """Refused files named in the summary (``lineage.refused``); the rest are counted."""
 _NAMED_IN_WARNING = 5
 
 _UNSIGNED = "not in a signed manifest"
-
-
-def manifest_mac(key: bytes, manifest_bytes: bytes) -> str:
-    """The HMAC-SHA256 of a lineage manifest, hex: the one place this signature is made.
-
-    The purpose label keeps it apart from every other signature made with the team's key
-    (a manifest's MAC can never pass as an entry's or a Redis value's, nor the reverse).
-    """
-    return hmac.new(key, _PURPOSE + manifest_bytes, hashlib.sha256).hexdigest()
 
 
 class _Refused(Exception):
@@ -66,12 +57,13 @@ class _Refused(Exception):
 class SignedLineage:
     """The lineage of one keyed job: the keys it checks with, what it restored, its facts.
 
-    ``keys``: the current key first (it signs), then the previous one while keys rotate.
+    ``keys``: the current key first (it signs), then the previous one while keys rotate,
+    and the team's ``not_before``: a manifest signed earlier is withdrawn.
     ``verified`` holds each restored file's stamp in the live cache and SHA-256, so
     :meth:`persist` need not hash again what the job left unchanged.
     """
 
-    keys: tuple[bytes, ...]
+    keys: Keys
     verified: dict[str, tuple[Stamp, str]] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=lambda: {"signed": True})
     warnings: list[str] = field(default_factory=list)
@@ -118,7 +110,8 @@ class SignedLineage:
         """Copy the live cache's files into ``persistent`` and sign the manifest of all of
         them with the current key; the number of files copied (those already there, as
         restored, are listed without a copy)."""
-        key = self.keys[0]
+        key = self.keys.current
+        assert key is not None, "a keyed job's lineage has a key"
         files: dict[str, list[Any]] = {}
         links: dict[str, str] = {}
         saved = 0
@@ -143,9 +136,11 @@ class SignedLineage:
                 saved += 1
             except (OSError, _Refused):
                 continue  # removed meanwhile, or a full disk: not listed, so never restored
-        manifest = {"format": FORMAT, "written": time.time(), "files": files}
+        when = signing.written_at()
+        manifest = {"format": FORMAT, "written": when, "files": files}
         body = json.dumps(manifest, sort_keys=True)
-        document = json.dumps({"manifest": body, "mac": manifest_mac(key, body.encode())})
+        mac = signing.sign(key, signing.LINEAGE_MANIFEST, when, body.encode())
+        document = json.dumps({"manifest": body, "written": when, "mac": mac.hex()})
         _write_atomically(persistent / MANIFEST_NAME, document.encode())
         self.facts.update(files_saved=saved, files_signed=len(files))
         if links:
@@ -166,15 +161,19 @@ class SignedLineage:
             return {}, f"refused: unreadable ({exc.strerror or exc})"
         try:
             document = json.loads(raw)
-            body, mac = str(document["manifest"]), str(document["mac"])
+            body, when = str(document["manifest"]), int(document["written"])
+            mac = bytes.fromhex(str(document["mac"]))
         except (ValueError, KeyError, TypeError):
             return {}, "refused: not a signed manifest"
-        expected = [manifest_mac(key, body.encode()) for key in self.keys]
-        # Every key is tried, none skipped: the time taken says nothing about which matched.
-        if not sum(hmac.compare_digest(mac, one) for one in expected):
+        verdict = signing.check(self.keys, signing.LINEAGE_MANIFEST, when, mac, body.encode())
+        if verdict == "bad":
             return {}, "refused: its signature is not this job's key's"
+        if verdict == "withdrawn":
+            return {}, "refused: withdrawn (signed before the team's not_before)"
         try:
             manifest = json.loads(body)
+            if manifest.get("written") != when:
+                return {}, "refused: its signed time is not the manifest's"
             if manifest.get("format") != FORMAT:
                 return {}, f"refused: format {manifest.get('format')!r} is not {FORMAT}"
             listed = {

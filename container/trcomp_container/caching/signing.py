@@ -1,5 +1,7 @@
 """The one signing scheme of the team's key: shared-cache entries and Redis values alike.
 
+Three kinds of things are signed: shared-cache entries, Redis values and the manifest of
+a keyed job's lineage (its compile cache in its checkpoint location).
 A signature is an HMAC-SHA256, keyed with the team's key, over a *purpose* (what kind
 of thing is signed, and the scheme's version), the time the thing was written (whole
 seconds since the epoch, UTC) and the thing's fields, each prefixed with its length:
@@ -23,6 +25,7 @@ from typing import Literal
 
 __all__ = [
     "ENTRY",
+    "LINEAGE_MANIFEST",
     "MAC_BYTES",
     "PURPOSES",
     "REDIS_VALUE",
@@ -40,7 +43,10 @@ ENTRY = "trcomp-shared-cache-entry/3"
 REDIS_VALUE = "trcomp-redis-value/2"
 """A value of inductor's Redis remote caches: its Redis key name and bytes.
 (/1 had no time, in a scheme of its own.)"""
-PURPOSES = (ENTRY, REDIS_VALUE)
+LINEAGE_MANIFEST = "trcomp-lineage-manifest/1"
+"""The manifest of a keyed job's compile cache in its checkpoint location (its lineage):
+each file's path, size and SHA-256 (:mod:`.lineage_signed`)."""
+PURPOSES = (ENTRY, REDIS_VALUE, LINEAGE_MANIFEST)
 MAC_BYTES = 32
 
 Verdict = Literal["ok", "bad", "withdrawn"]
