@@ -24,6 +24,7 @@ from typing import Any
 
 from trcomp.contract.config import TrainingCompilerConfig
 from trcomp.contract.errors import LocalModeError, SharedCacheError
+from trcomp.contract.owned_dirs import check_directory
 from trcomp.contract.shared_cache import (
     KEY_ENV,
     KEY_SECRET_ENV,
@@ -37,7 +38,7 @@ from trcomp.contract.shared_cache import (
     refuse_empty_secrets,
     refuse_previous_key_alone,
 )
-from trcomp.contract.shared_trust import check_bucket_private, check_directory
+from trcomp.contract.shared_trust import check_bucket_private
 
 __all__ = ["check_shared_cache"]
 

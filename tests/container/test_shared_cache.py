@@ -106,7 +106,7 @@ def test_an_entry_of_another_compatibility_set_is_never_loaded(tmp_path):
     assert cache.facts["entries_found"] == 0 and cache.warm is False  # another prefix
     # Even an entry moved under this set's prefix is refused by its manifest.
     (entry,) = (tmp_path / "shared" / other.key).iterdir()
-    (tmp_path / "shared" / mine.key).mkdir()
+    assert list((tmp_path / "shared" / mine.key).iterdir()) == []  # made, kept empty, by the read
     entry.rename(tmp_path / "shared" / mine.key / entry.name)
     cache = _open(uri, tmp_path / "c" / "live", compat=mine)
     assert cache.facts["entries_skipped"] == 1

@@ -27,7 +27,7 @@ from tests.helpers.aws import (
     s3control_resolves,
 )
 from tests.helpers.hung_server import until_reached
-from trcomp.contract import shared_trust
+from trcomp.contract import owned_dirs
 from trcomp.contract.errors import SharedCacheError
 from trcomp_container.caching.compat import compat_set
 from trcomp_container.caching.entry import entry_name
@@ -201,11 +201,11 @@ def test_a_root_owned_parent_is_accepted_for_another_user(tmp_path, monkeypatch)
     shared = tmp_path / "team"
     shared.mkdir()
     os.chown(shared, 4242, -1)
-    monkeypatch.setattr(shared_trust, "_uid", lambda: 4242)  # the check, as user 4242
-    shared_trust.check_directory(shared, where="in the job")
+    monkeypatch.setattr(owned_dirs, "_uid", lambda: 4242)  # the check, as user 4242
+    owned_dirs.check_directory(shared, where="in the job")
     os.chown(tmp_path, 4343, -1)
     with pytest.raises(SharedCacheError, match="owned by uid 4343, neither this user nor root"):
-        shared_trust.check_directory(shared, where="in the job")
+        owned_dirs.check_directory(shared, where="in the job")
 
 
 def test_the_read_limit_counts_unpacked_bytes(tmp_path):
@@ -244,7 +244,7 @@ def test_a_huge_newest_entry_and_junk_names_crowd_out_no_good_entry(tmp_path):
     assert cache.warnings[-1].startswith(f"{31 - NAMED_SKIPS} more shared compile cache entries")
 
 
-def test_a_location_made_under_umask_002_is_not_group_writable(tmp_path):
+def test_a_location_made_under_umask_002_is_the_users_alone(tmp_path):
     uri = f"file://{tmp_path / 'team' / 'cache'}"  # neither directory exists yet
     previous = os.umask(0o002)
     try:
@@ -253,7 +253,7 @@ def test_a_location_made_under_umask_002_is_not_group_writable(tmp_path):
     finally:
         os.umask(previous)
     for made in (tmp_path / "team", tmp_path / "team" / "cache"):
-        assert made.stat().st_mode & 0o777 == 0o755, oct(made.stat().st_mode)
+        assert made.stat().st_mode & 0o777 == 0o700, oct(made.stat().st_mode)
     assert _open(uri, tmp_path / "b" / "live", KEY).facts["files_read"] == 1  # not refused
 
 
@@ -306,7 +306,8 @@ def test_only_the_first_host_writes_the_jobs_entry(tmp_path):
     live = _live_with(tmp_path / "a", {"inductor/g": b"x"})
     facts = _open(uri, live, writer=False).finish(live, succeeded=True)
     assert facts["files_written"] == 0 and "first host" in facts["not_written"]
-    assert not (tmp_path / "shared" / COMPAT.key).exists()
+    # The location is the job's from the start (created, checked and kept open), but empty.
+    assert list((tmp_path / "shared" / COMPAT.key).iterdir()) == []
 
 
 def test_the_writer_is_the_first_of_the_sorted_hosts(tmp_path):
