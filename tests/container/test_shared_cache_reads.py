@@ -36,6 +36,9 @@ def _open(uri: str, live: Path, key: str | None = None, **kwargs):
     environ = dict(kwargs.pop("environ", {}))
     if key:
         environ["TRCOMP_SHARED_CACHE_KEY"] = key
+    # An S3 or Redis job without a key trusts the location only when opted in, as
+    # TrainingCompilerConfig(shared_cache_insecure=True) does (a file:// never needs it).
+    kwargs.setdefault("insecure", not key)
     return open_shared_cache(
         uri, compat=COMPAT, engine="inductor", live=live, environ=environ, remote_job=False,
         **kwargs,

@@ -50,6 +50,9 @@ def _open(uri: str, live: Path, key: str | None = None, **kwargs):
     environ = dict(kwargs.pop("environ", {}))
     if key:
         environ["TRCOMP_SHARED_CACHE_KEY"] = key
+    # An S3 or Redis job without a key trusts the location only when opted in, as
+    # TrainingCompilerConfig(shared_cache_insecure=True) does (a file:// never needs it).
+    kwargs.setdefault("insecure", not key)
     return open_shared_cache(
         uri, compat=COMPAT, engine="inductor", live=live, environ=environ, remote_job=False,
         **kwargs,
@@ -485,3 +488,17 @@ def test_the_key_can_come_from_secrets_manager(moto, tmp_path):
     assert pasted not in str(caught.value) and "never the secret itself" in str(caught.value)
     with pytest.raises(SharedCacheError, match="TRCOMP_SHARED_CACHE_KEY is set but empty"):
         _open(uri, tmp_path / "e", environ={"TRCOMP_SHARED_CACHE_KEY": " "})
+
+
+def test_a_keyless_s3_or_redis_cache_is_refused_in_the_job(moto, tmp_path):
+    """A job started without the SDK's check: refused before the store is opened, unless
+    the config opts in (shared_cache_insecure=True); with the key, opened and signed."""
+    create_bucket("keyless-cache")
+    for uri in ("s3://keyless-cache/compile", "redis://127.0.0.1:6379"):
+        with pytest.raises(SharedCacheError, match="has no key") as caught:
+            _open(uri, tmp_path / "live", insecure=False)
+        assert "in the job" in str(caught.value) and "shared_cache_insecure" in str(caught.value)
+    assert _files(tmp_path / "live") == []
+    assert _open("s3://keyless-cache/compile", tmp_path / "k", KEY).facts["signed"] is True
+    opted_in = _open("s3://keyless-cache/compile", tmp_path / "o", insecure=True)
+    assert opted_in.facts["signed"] is False

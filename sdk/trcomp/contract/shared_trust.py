@@ -19,13 +19,19 @@ from the caller.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from trcomp.contract.bucket_grants import PUBLIC_GROUPS, acl_writers, policy_writers
 from trcomp.contract.errors import SharedCacheError
-from trcomp.contract.shared_cache import error_code
+from trcomp.contract.shared_cache import (
+    KEY_ENV,
+    KEY_SECRET_ENV,
+    SharedCacheLocation,
+    error_code,
+)
 
-__all__ = ["check_bucket_private"]
+__all__ = ["check_bucket_private", "refuse_keyless_team_cache"]
 
 
 _BLOCK_FLAGS = ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
@@ -177,3 +183,37 @@ def _public(bucket: str, where: str, why: str, account_unread: str) -> str:
             " so only the bucket's own were counted."
         )
     return message
+
+
+_KEYLESS_TRUSTS = {
+    "s3": "every principal that IAM, the bucket policy or an ACL lets write the prefix, "
+    "which the job cannot check by itself",
+    "redis": "everyone who can reach the Redis and holds its password",
+}
+
+
+def refuse_keyless_team_cache(
+    location: SharedCacheLocation, environ: Mapping[str, Any], *, insecure: bool, where: str
+) -> None:
+    """Refuse an S3 or Redis shared cache to a job without the team's key, unless
+    ``insecure`` (``shared_cache_insecure=True``: trust the location alone).
+
+    Without a key a job cannot tell its team's entries from anyone else's who may write
+    there, and what it could check on its own machine (a ``file://`` directory's owner and
+    mode) does not exist for a bucket or a Redis: whoever else may write them is decided
+    by policies and passwords elsewhere. ``environ`` is the job's ``environment=`` (the
+    SDK) or environment (the job): the key is there by value or by secret.
+    """
+    trusts = _KEYLESS_TRUSTS.get(location.kind)
+    if trusts is None or insecure or environ.get(KEY_ENV) or environ.get(KEY_SECRET_ENV):
+        return
+    raise SharedCacheError(
+        f"shared_cache {location.shown} has no key ({KEY_ENV} or {KEY_SECRET_ENV}): without "
+        f"one a job would run whatever it finds there, trusting {trusts}, so trcomp refuses "
+        f"it ({where}): a compile cache is code that every job reading it runs. Give every "
+        "job of the team the same key (openssl rand -hex 32): in local modes "
+        f"environment={{'{KEY_ENV}': ...}}; on SageMaker store it in AWS Secrets Manager "
+        f"and pass environment={{'{KEY_SECRET_ENV}': '<secret ARN>'}}. To trust the "
+        "location alone instead, set TrainingCompilerConfig(shared_cache_insecure=True) "
+        "(docs/remote.md, What each mode trusts)."
+    )
