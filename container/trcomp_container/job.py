@@ -81,6 +81,8 @@ class Job:
     environ: Mapping[str, str] = field(default_factory=dict)
     instance_type: str = ""
     network_interface: str = ""
+    hyperparameter_names: tuple[str, ...] = ()
+    """The user's hyperparameters' names (their values are in ``user_args``)."""
 
     @classmethod
     def from_toolkit(cls) -> Job:
@@ -113,4 +115,5 @@ class Job:
             environ=dict(os.environ),
             instance_type=str(env.resource_config.get("current_instance_type") or ""),
             network_interface=str(env.network_interface_name or ""),
+            hyperparameter_names=tuple(str(name) for name in env.hyperparameters),
         )

@@ -30,6 +30,7 @@ from trcomp.contract.env import LAUNCHER_ENV, for_training
 from trcomp.contract.errors import CompilerConfigError, SharedCacheError
 from trcomp.contract.keys import CHECKPOINT_URI_ENV
 from trcomp.contract.proctree import grace_s
+from trcomp_container import hyperparameters
 from trcomp_container import summary as summary_module
 from trcomp_container.backends import ConcreteBackend, Engine, resolve_backend, resolve_engine
 from trcomp_container.caching import job_setup, lineage
@@ -131,6 +132,7 @@ def run_job(job: Job) -> tuple[int, str]:
 
 
 def _run(job: Job, report: _Report, metrics_dir: Path, scratch: Path) -> tuple[int, str]:
+    hyperparameters.check_names(job.hyperparameter_names)  # compiler on or off
     try:
         config = TrainingCompilerConfig.from_hyperparameters(job.framework_params)
     except CompilerConfigError as exc:

@@ -24,6 +24,7 @@ from typing import Any
 
 from trcomp.contract.config import TrainingCompilerConfig
 from trcomp.contract.errors import LocalModeError, SharedCacheError
+from trcomp.contract.owned_dirs import check_directory
 from trcomp.contract.shared_cache import (
     KEY_ENV,
     KEY_SECRET_ENV,
@@ -37,7 +38,7 @@ from trcomp.contract.shared_cache import (
     refuse_empty_secrets,
     refuse_previous_key_alone,
 )
-from trcomp.contract.shared_trust import check_bucket_private, check_directory
+from trcomp.contract.shared_trust import check_bucket_private, refuse_keyless_team_cache
 from trcomp.contract.withdrawal import not_before_of
 
 __all__ = ["check_shared_cache"]
@@ -85,6 +86,10 @@ def check_shared_cache(
                     f"shows it). Store it in AWS Secrets Manager and pass its ARN as {reference}"
                     " instead: the job reads it with its execution role."
                 )
+    refuse_keyless_team_cache(
+        location, environment or {}, insecure=config.shared_cache_insecure,
+        where="before the job started",
+    )  # fmt: skip
     if location.kind == "file" and mode == "process":
         from trcomp.local.job_checks import check_writable
 

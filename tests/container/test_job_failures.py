@@ -96,6 +96,30 @@ def test_bad_config_names_the_field(tmp_path, body, named):
     assert not (tmp_path / "model" / "seen.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("config", "name", "says"),
+    [
+        (OFF, "a=b", "holds '='"),
+        (TrainingCompilerConfig(backend="inductor"), "lr=0.1", "holds '='"),
+        (OFF, "nul\0name", "holds a NUL character"),
+    ],
+)
+def test_a_hyperparameter_name_the_toolkit_cannot_pass_is_the_users_error(
+    tmp_path, config, name, says
+):
+    """A job started without the SDK (which refuses the name at fit()): exit 70, "trcomp
+    internal error" before, compiler on or off; now the config error, naming it."""
+    run = jobs.run_job(
+        tmp_path, config=config, entry_point="probe_env.py", hyperparameters={name: 1, "lr": 0.1}
+    )
+    assert run.returncode == 64, run.output
+    failure = assert_single_reason(run.failure)
+    assert failure.startswith(f"hyperparameter name {name!r} {says}") and "Rename" in failure
+    assert "internal error" not in failure
+    assert not (tmp_path / "model" / "seen.json").exists()  # the script never started
+    assert run.summary["exit_code"] == 64
+
+
 def test_missing_entry_point(tmp_path):
     run = jobs.run_job(
         tmp_path, config=OFF, entry_point=None, hyperparameters={"sagemaker_program": "nope.py"}

@@ -31,6 +31,7 @@ def _live_with(tmp: Path, files: dict[str, bytes]) -> Path:
 
 def _open(uri: str, live: Path, engine: str = "inductor", **kwargs):
     compat = kwargs.pop("compat", None) or compat_set(engine=engine, gpu_listing=None)
+    kwargs.setdefault("insecure", True)  # keyless S3 and Redis: shared_cache_insecure=True
     return open_shared_cache(
         uri, compat=compat, engine=engine, live=live, environ={}, remote_job=False, **kwargs
     )
@@ -106,7 +107,7 @@ def test_an_entry_of_another_compatibility_set_is_never_loaded(tmp_path):
     assert cache.facts["entries_found"] == 0 and cache.warm is False  # another prefix
     # Even an entry moved under this set's prefix is refused by its manifest.
     (entry,) = (tmp_path / "shared" / other.key).iterdir()
-    (tmp_path / "shared" / mine.key).mkdir()
+    assert list((tmp_path / "shared" / mine.key).iterdir()) == []  # made, kept empty, by the read
     entry.rename(tmp_path / "shared" / mine.key / entry.name)
     cache = _open(uri, tmp_path / "c" / "live", compat=mine)
     assert cache.facts["entries_skipped"] == 1

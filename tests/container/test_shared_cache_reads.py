@@ -36,6 +36,9 @@ def _open(uri: str, live: Path, key: str | None = None, **kwargs):
     environ = dict(kwargs.pop("environ", {}))
     if key:
         environ["TRCOMP_SHARED_CACHE_KEY"] = key
+    # An S3 or Redis job without a key trusts the location only when opted in, as
+    # TrainingCompilerConfig(shared_cache_insecure=True) does (a file:// never needs it).
+    kwargs.setdefault("insecure", not key)
     return open_shared_cache(
         uri, compat=COMPAT, engine="inductor", live=live, environ=environ, remote_job=False,
         **kwargs,
@@ -272,26 +275,24 @@ def test_an_s3_write_past_its_budget_never_appears(moto, tmp_path, monkeypatch):
 
 
 def test_a_location_behind_a_symlink_is_used_where_it_was_checked(tmp_path, monkeypatch):
-    """The link is repointed at a planted cache right after the job's checks: the job still
-    reads and writes the directory it checked."""
-    from trcomp_container.caching import stores
+    """The link is repointed at a planted cache right after the job opened the location:
+    the job still reads and writes the directory it checked."""
+    from trcomp_container.caching import dir_store
 
     checked, planted = tmp_path / "team", tmp_path / "planted"
     _plant(checked / COMPAT.key, [("inductor/good", b"the team's")])
     _plant(planted / COMPAT.key, [("inductor/evil", b"planted")])
     link = tmp_path / "link"
     link.symlink_to(checked)
-    check, checks = stores.check_directory, []
+    open_directory = dir_store.open_directory
 
-    def check_then_repoint(path: Path, *, where: str) -> Path:
-        resolved = check(path, where=where)
-        checks.append(path)
-        if len(checks) == 2:  # the location and its set's checked: now the link moves
-            link.unlink()
-            link.symlink_to(planted)
-        return resolved
+    def open_then_repoint(path: Path, *, where: str, create: bool = True) -> int | None:
+        handle = open_directory(path, where=where, create=create)
+        link.unlink()  # the location is open and checked: now the link moves
+        link.symlink_to(planted)
+        return handle
 
-    monkeypatch.setattr(stores, "check_directory", check_then_repoint)
+    monkeypatch.setattr(dir_store, "open_directory", open_then_repoint)
     live = tmp_path / "r" / "live"
     cache = _open(f"file://{link}", live)
     assert sorted(p.name for p in _files(live)) == ["good"]  # ["evil"] before

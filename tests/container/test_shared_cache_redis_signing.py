@@ -56,7 +56,7 @@ def _job(tls_redis: RedisServer, tmp_path: Path, **keys: str) -> SharedCache:
     environ.update(keys)
     cache = open_shared_cache(
         tls_redis.url, compat=COMPAT, engine="inductor", live=tmp_path / "live",
-        environ=environ, remote_job=True, timeout_s=30,
+        environ=environ, remote_job=True, timeout_s=30, insecure=KEY_ENV not in keys,
     )  # fmt: skip
     assert cache.facts["remote_cache"] is True, cache.warnings
     return cache

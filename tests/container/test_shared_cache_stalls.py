@@ -36,13 +36,18 @@ from trcomp_container.inprocess.redis_handoff import RedisHandoff
 COMPAT = compat_set(engine="inductor", gpu_listing=None)
 BUDGET_S = 1.0
 PASSWORD = "redis-pw-4f1c2e"
+KEY_ENV = "TRCOMP_SHARED_CACHE_KEY"
 
 
 def _open(uri: str, live: Path, *, remote_job: bool = False, **kwargs):
     kwargs.setdefault("timeout_s", BUDGET_S)
+    environ = kwargs.pop("environ", {})
+    # A job without a key uses an S3 or Redis cache only when opted in, as
+    # TrainingCompilerConfig(shared_cache_insecure=True) does.
+    kwargs.setdefault("insecure", KEY_ENV not in environ)
     return open_shared_cache(
         uri, compat=COMPAT, engine="inductor", live=live, remote_job=remote_job,
-        environ=kwargs.pop("environ", {}), **kwargs,
+        environ=environ, **kwargs,
     )  # fmt: skip
 
 
@@ -113,23 +118,23 @@ def test_a_directory_store_that_blocks_makes_the_job_start_cold(tmp_path, fifo, 
 def test_a_write_past_its_budget_never_appears(tmp_path, fifo, monkeypatch):
     """The budget stops the wait and the write: the copy blocked past it, then went on,
     and no entry (nor its partial file) is left in the store."""
-    from trcomp_container.caching import stores
+    from trcomp_container.caching import dir_store
 
     uri = f"file://{tmp_path / 'shared'}"
     live = tmp_path / "a" / "live"
     (live / "inductor").mkdir(parents=True)
     (live / "inductor" / "g").write_bytes(b"graph")
     writer = _open(uri, live)
-    copy = stores.shutil.copyfile
-    copies: list[str] = []
+    copy = dir_store.shutil.copyfileobj
+    copies: list[int] = []
 
     def stalled_copy(source, target):
         with fifo.open("rb"):  # blocks until the test releases it, past the budget
             pass
-        copies.append(str(target))
+        copies.append(target.fileno())
         return copy(source, target)
 
-    monkeypatch.setattr(stores.shutil, "copyfile", stalled_copy)
+    monkeypatch.setattr(dir_store.shutil, "copyfileobj", stalled_copy)
     facts = writer.finish(live, succeeded=True)
     assert facts["write_budget_hit"] is True and facts["files_written"] == 0
     os.close(os.open(fifo, os.O_WRONLY))  # the stalled copy goes on now
@@ -334,6 +339,7 @@ def test_a_wrong_redis_password_leaves_the_remote_caches_off(tls_redis, tmp_path
     ],
 )
 def test_a_remote_jobs_redis_without_tls_or_password_is_refused(tmp_path, uri, environ, says):
+    environ = {**environ, KEY_ENV: "team-key-0123456789abcdef"}  # keyed: TLS is the question
     with pytest.raises(SharedCacheError, match="shared_cache_insecure=True") as caught:
         _open(uri, tmp_path / "live", remote_job=True, environ=environ)
     assert says in str(caught.value) and PASSWORD not in str(caught.value)

@@ -27,7 +27,7 @@ from tests.helpers.aws import (
     s3control_resolves,
 )
 from tests.helpers.hung_server import until_reached
-from trcomp.contract import shared_trust
+from trcomp.contract import owned_dirs
 from trcomp.contract.errors import SharedCacheError
 from trcomp_container.caching.compat import compat_set
 from trcomp_container.caching.entry import entry_name
@@ -50,6 +50,9 @@ def _open(uri: str, live: Path, key: str | None = None, **kwargs):
     environ = dict(kwargs.pop("environ", {}))
     if key:
         environ["TRCOMP_SHARED_CACHE_KEY"] = key
+    # An S3 or Redis job without a key trusts the location only when opted in, as
+    # TrainingCompilerConfig(shared_cache_insecure=True) does (a file:// never needs it).
+    kwargs.setdefault("insecure", not key)
     return open_shared_cache(
         uri, compat=COMPAT, engine="inductor", live=live, environ=environ, remote_job=False,
         **kwargs,
@@ -201,11 +204,11 @@ def test_a_root_owned_parent_is_accepted_for_another_user(tmp_path, monkeypatch)
     shared = tmp_path / "team"
     shared.mkdir()
     os.chown(shared, 4242, -1)
-    monkeypatch.setattr(shared_trust, "_uid", lambda: 4242)  # the check, as user 4242
-    shared_trust.check_directory(shared, where="in the job")
+    monkeypatch.setattr(owned_dirs, "_uid", lambda: 4242)  # the check, as user 4242
+    owned_dirs.check_directory(shared, where="in the job")
     os.chown(tmp_path, 4343, -1)
     with pytest.raises(SharedCacheError, match="owned by uid 4343, neither this user nor root"):
-        shared_trust.check_directory(shared, where="in the job")
+        owned_dirs.check_directory(shared, where="in the job")
 
 
 def test_the_read_limit_counts_unpacked_bytes(tmp_path):
@@ -244,7 +247,7 @@ def test_a_huge_newest_entry_and_junk_names_crowd_out_no_good_entry(tmp_path):
     assert cache.warnings[-1].startswith(f"{31 - NAMED_SKIPS} more shared compile cache entries")
 
 
-def test_a_location_made_under_umask_002_is_not_group_writable(tmp_path):
+def test_a_location_made_under_umask_002_is_the_users_alone(tmp_path):
     uri = f"file://{tmp_path / 'team' / 'cache'}"  # neither directory exists yet
     previous = os.umask(0o002)
     try:
@@ -253,7 +256,7 @@ def test_a_location_made_under_umask_002_is_not_group_writable(tmp_path):
     finally:
         os.umask(previous)
     for made in (tmp_path / "team", tmp_path / "team" / "cache"):
-        assert made.stat().st_mode & 0o777 == 0o755, oct(made.stat().st_mode)
+        assert made.stat().st_mode & 0o777 == 0o700, oct(made.stat().st_mode)
     assert _open(uri, tmp_path / "b" / "live", KEY).facts["files_read"] == 1  # not refused
 
 
@@ -306,7 +309,8 @@ def test_only_the_first_host_writes_the_jobs_entry(tmp_path):
     live = _live_with(tmp_path / "a", {"inductor/g": b"x"})
     facts = _open(uri, live, writer=False).finish(live, succeeded=True)
     assert facts["files_written"] == 0 and "first host" in facts["not_written"]
-    assert not (tmp_path / "shared" / COMPAT.key).exists()
+    # The location is the job's from the start (created, checked and kept open), but empty.
+    assert list((tmp_path / "shared" / COMPAT.key).iterdir()) == []
 
 
 def test_the_writer_is_the_first_of_the_sorted_hosts(tmp_path):
@@ -484,3 +488,17 @@ def test_the_key_can_come_from_secrets_manager(moto, tmp_path):
     assert pasted not in str(caught.value) and "never the secret itself" in str(caught.value)
     with pytest.raises(SharedCacheError, match="TRCOMP_SHARED_CACHE_KEY is set but empty"):
         _open(uri, tmp_path / "e", environ={"TRCOMP_SHARED_CACHE_KEY": " "})
+
+
+def test_a_keyless_s3_or_redis_cache_is_refused_in_the_job(moto, tmp_path):
+    """A job started without the SDK's check: refused before the store is opened, unless
+    the config opts in (shared_cache_insecure=True); with the key, opened and signed."""
+    create_bucket("keyless-cache")
+    for uri in ("s3://keyless-cache/compile", "redis://127.0.0.1:6379"):
+        with pytest.raises(SharedCacheError, match="has no key") as caught:
+            _open(uri, tmp_path / "live", insecure=False)
+        assert "in the job" in str(caught.value) and "shared_cache_insecure" in str(caught.value)
+    assert _files(tmp_path / "live") == []
+    assert _open("s3://keyless-cache/compile", tmp_path / "k", KEY).facts["signed"] is True
+    opted_in = _open("s3://keyless-cache/compile", tmp_path / "o", insecure=True)
+    assert opted_in.facts["signed"] is False

@@ -86,7 +86,9 @@ def _estimator(
 
 def test_process_mode_refuses_another_accounts_bucket_before_anything_runs(moto, role, tmp_path):
     out = tmp_path / "out"
-    estimator = _estimator(tmp_path, role, FOREIGN, "local_process", output_path=f"file://{out}")
+    estimator = _estimator(
+        tmp_path, role, FOREIGN, "local_process", output_path=f"file://{out}", insecure=True
+    )
     with pytest.raises(SharedCacheError, match="not owned by the job's AWS account 123456789012"):
         estimator.fit(job_name="foreign-cache")
     assert not out.exists()  # no job folder: nothing was created
@@ -105,7 +107,7 @@ def test_a_remote_job_with_another_accounts_bucket_is_never_submitted(moto, role
 def test_a_remote_job_with_its_own_accounts_bucket_is_submitted_with_the_location(
     moto, role, tmp_path
 ):
-    estimator = _estimator(tmp_path, role, OWN, "ml.g5.xlarge")
+    estimator = _estimator(tmp_path, role, OWN, "ml.g5.xlarge", insecure=True)
     estimator.fit(wait=False, job_name="own-shared-cache")
     (sent,) = [
         r
@@ -117,6 +119,8 @@ def test_a_remote_job_with_its_own_accounts_bucket_is_submitted_with_the_locatio
 
 
 SECRET_ARN = "arn:aws:secretsmanager:us-west-2:123456789012:secret:team-redis-AbCdEf"
+KEY_ARN = "arn:aws:secretsmanager:us-west-2:123456789012:secret:team-cache-key-AbCdEf"
+KEY_SECRET_ENV = "TRCOMP_SHARED_CACHE_KEY_SECRET"
 
 
 @pytest.mark.parametrize(
@@ -153,7 +157,7 @@ def test_a_remote_jobs_redis_password_never_travels_with_the_job(moto, role, tmp
     assert len(moto.json_requests("CreateTrainingJob")) == before
     estimator = _estimator(
         tmp_path, role, "rediss://cache.internal:6379", "ml.g5.xlarge",
-        environment={"TRCOMP_REDIS_PASSWORD_SECRET": SECRET_ARN},
+        environment={"TRCOMP_REDIS_PASSWORD_SECRET": SECRET_ARN, KEY_SECRET_ENV: KEY_ARN},
     )  # fmt: skip
     estimator.fit(wait=False, job_name="secret-password")
     (sent,) = [
@@ -229,14 +233,14 @@ def test_the_accounts_block_public_access_counts_before_the_job(moto, role, tmp_
         # S3 Control does not answer: the bucket's own settings decide, within the timeout.
         with hung_server() as (port, accepted):
             monkeypatch.setenv("AWS_ENDPOINT_URL_S3_CONTROL", f"http://127.0.0.1:{port}")
-            estimator = _estimator(tmp_path, role, uri, "ml.g5.xlarge", timeout_s=1)
+            estimator = _estimator(tmp_path, role, uri, "ml.g5.xlarge", timeout_s=1, insecure=True)
             with pytest.raises(SharedCacheError, match="grants AllUsers") as caught:
                 estimator.fit(wait=False)
         monkeypatch.delenv("AWS_ENDPOINT_URL_S3_CONTROL")
         assert accepted and "Block Public Access settings could not be read" in str(caught.value)
         # S3 Control answers: the account ignores public ACLs, so the job is submitted.
         before = len(moto.json_requests("CreateTrainingJob"))
-        _estimator(tmp_path, role, uri, "ml.g5.xlarge").fit(wait=False)
+        _estimator(tmp_path, role, uri, "ml.g5.xlarge", insecure=True).fit(wait=False)
         assert len(moto.json_requests("CreateTrainingJob")) == before + 1
     finally:
         s3control.delete_public_access_block(AccountId=ACCOUNT)
@@ -298,7 +302,7 @@ def test_a_bucket_another_account_may_write_needs_a_key_before_the_job(moto, rol
     uri = "s3://cross-account-cache/c"
     before = len(moto.json_requests("CreateTrainingJob"))
     with pytest.raises(SharedCacheError, match="before the job started") as caught:
-        _estimator(tmp_path, role, uri, "ml.g5.xlarge").fit(wait=False)
+        _estimator(tmp_path, role, uri, "ml.g5.xlarge", insecure=True).fit(wait=False)
     assert f"arn:aws:iam::{OTHER_ACCOUNT}:root" in str(caught.value)
     assert "Set a key" in str(caught.value) and "lock the bucket" in str(caught.value)
     assert len(moto.json_requests("CreateTrainingJob")) == before
@@ -378,3 +382,47 @@ def test_a_secret_name_or_arn_is_submitted_as_it_is(moto, role, tmp_path, refere
     )
     (sent,) = [r for r in moto.json_requests("CreateTrainingJob") if r["TrainingJobName"] == name]
     assert sent["Environment"]["TRCOMP_SHARED_CACHE_KEY_SECRET"] == reference
+
+
+@pytest.mark.parametrize(
+    ("uri", "trusting"),
+    [
+        (OWN, "every principal that IAM, the bucket policy or an ACL lets write"),
+        ("redis://127.0.0.1:6379", "everyone who can reach the Redis and holds its password"),
+    ],
+)
+def test_a_keyless_s3_or_redis_team_cache_is_refused_at_fit_with_the_fix(
+    moto, role, tmp_path, uri, trusting
+):
+    """Issue 43, part 3: a team cache whose writers the job cannot check on its own machine
+    needs the team's key. Process mode: refused before any job folder exists; SageMaker:
+    before any upload. With the key, or with shared_cache_insecure=True, it goes on."""
+    out = tmp_path / "out"
+    process = _estimator(tmp_path, role, uri, "local_process", output_path=f"file://{out}")
+    with pytest.raises(SharedCacheError, match="has no key") as caught:
+        process.fit(job_name="keyless-team-cache")
+    message = str(caught.value)
+    assert trusting in message and "before the job started" in message
+    assert "environment={'TRCOMP_SHARED_CACHE_KEY': ...}" in message
+    assert "environment={'TRCOMP_SHARED_CACHE_KEY_SECRET': '<secret ARN>'}" in message
+    assert "shared_cache_insecure=True" in message
+    assert not out.exists()  # no job folder: nothing was created
+
+    before = len(moto.json_requests("CreateTrainingJob"))
+    puts = len([r for r in moto.requests() if r["method"] == "PUT"])
+    remote_uri, env = uri, {}
+    if uri.startswith("redis"):  # a SageMaker job's Redis needs TLS and a password anyway
+        remote_uri, env = (
+            "rediss://cache.internal:6379",
+            {"TRCOMP_REDIS_PASSWORD_SECRET": SECRET_ARN},
+        )
+    remote = _estimator(tmp_path, role, remote_uri, "ml.g5.xlarge", environment=env)
+    with pytest.raises(SharedCacheError, match="has no key"):
+        remote.fit(wait=False)
+    assert len(moto.json_requests("CreateTrainingJob")) == before
+    assert len([r for r in moto.requests() if r["method"] == "PUT"]) == puts  # no upload
+
+    if uri == OWN:
+        keyed = {KEY_SECRET_ENV: KEY_ARN}
+        _estimator(tmp_path, role, uri, "ml.g5.xlarge", environment=keyed).fit(wait=False)
+        assert len(moto.json_requests("CreateTrainingJob")) == before + 1

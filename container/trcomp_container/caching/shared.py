@@ -31,6 +31,7 @@ from typing import Any
 
 from trcomp.contract.errors import SharedCacheError
 from trcomp.contract.shared_cache import MAX_READ_BYTES_ENV, SharedCacheLocation, parse_location
+from trcomp.contract.shared_trust import refuse_keyless_team_cache
 from trcomp.contract.withdrawal import format_moment
 from trcomp_container.caching.budget import Budget
 from trcomp_container.caching.cache_secrets import team_keys
@@ -328,6 +329,7 @@ def open_shared_cache(
     setting; every other problem is a warning and the job compiles cold.
     """
     location = parse_location(uri)
+    refuse_keyless_team_cache(location, environ, insecure=insecure, where="in the job")
     cache = SharedCache(
         location=location, compat=compat, store=None, timeout_s=timeout_s, writer=writer
     )

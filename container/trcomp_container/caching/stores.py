@@ -3,11 +3,11 @@
 An entry is one archive (see :mod:`trcomp_container.caching.entry`), written
 once and never changed, so both stores only list, get and put whole objects:
 
-- :class:`DirectoryStore` writes a temp file next to the entry and renames it
-  into place, so a reader sees a whole entry or none (POSIX rename; NFS and
-  EFS keep it atomic within a directory). The directory must be this user's
-  and writable by no one else, under directories only that user or root can change
-  (:func:`~trcomp.contract.shared_trust.check_directory`);
+- :class:`~.dir_store.DirectoryStore` writes a temp file next to the entry and
+  renames it into place, so a reader sees a whole entry or none (POSIX rename; NFS
+  and EFS keep it atomic within a directory). The directory must be this user's
+  and writable by no one else, under directories only that user or root can change,
+  and is checked and used through one open handle (:mod:`.dir_store`);
 - :class:`S3Store` puts each entry with one PutObject (S3 makes an object
   visible only once all of it is stored). Every call names the job's account
   as ``ExpectedBucketOwner``; the bucket's owner and its public access are
@@ -28,23 +28,27 @@ budget (:mod:`trcomp_container.caching.shared`).
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple, Protocol
+from typing import Any, Protocol
 
-from trcomp.contract.errors import SharedCacheError
 from trcomp.contract.shared_cache import (
     SharedCacheLocation,
     aws_call_limits,
     check_bucket_owner,
 )
-from trcomp.contract.shared_trust import check_bucket_private, check_directory
-from trcomp_container.caching.budget import Cancelled
+from trcomp.contract.shared_trust import check_bucket_private
+from trcomp_container.caching.dir_store import (
+    PARTIAL,
+    STALE_PARTIAL_S,
+    DirectoryStore,
+    EntryChanged,
+    Listed,
+    copy_listed,
+)
 
 __all__ = [
     "STALE_PARTIAL_S",
@@ -58,26 +62,7 @@ __all__ = [
     "open_store",
 ]
 
-# Temp files of a DirectoryStore's writes start with this; listings skip them.
-_PARTIAL = ".partial-"
-STALE_PARTIAL_S = 3600
-"""A partial entry older than this is a dead writer's (a write's budget is at most 600 s)."""
 Commit = Callable[[], AbstractContextManager[None]]
-_CHUNK = 1 << 20
-
-
-class Listed(NamedTuple):
-    """One entry as the listing showed it."""
-
-    name: str
-    size: int
-    """Bytes; a get reads no more (and one more byte to refuse an entry that grew)."""
-    version: str = ""
-    """S3's ETag, which a get names (``IfMatch``); "" for a directory's file."""
-
-
-class EntryChanged(Exception):
-    """An entry that is not the one listed (replaced since, by a larger one)."""
 
 
 class Store(Protocol):
@@ -102,97 +87,6 @@ def aws_config(timeout_s: float) -> Any:
     from botocore.config import Config
 
     return Config(**aws_call_limits(timeout_s))
-
-
-class DirectoryStore:
-    """Entries as files in ``<path>/<key>/`` (a shared file system or a local directory)."""
-
-    def __init__(self, root: Path) -> None:
-        self.where = str(root)
-        # Resolved once, by the checks, and used by that path from then on: a symlink on
-        # the way that is repointed after the check cannot send a read or write elsewhere.
-        location = check_directory(root.parent, where="in the job")  # then its set's
-        self.root = check_directory(location / root.name, where="in the job")
-
-    def names(self) -> list[Listed]:
-        if not self.root.is_dir():
-            return []
-        found = []
-        for path in self.root.iterdir():
-            if path.name.startswith(_PARTIAL):
-                _remove_if_stale(path)
-                continue
-            if not path.is_file():
-                continue
-            try:
-                found.append(Listed(path.name, path.stat().st_size))
-            except OSError:
-                continue  # removed meanwhile (a lifecycle clean-up)
-        return found
-
-    def get(self, listed: Listed, dest: Path, *, stop: Callable[[], bool]) -> None:
-        with (self.root / listed.name).open("rb") as source:
-            _copy_listed(source, dest, listed, stop)
-
-    def put(self, name: str, source: Path, commit: Commit) -> None:
-        _make_dirs(self.root)
-        if check_directory(self.root, where="in the job") != self.root:
-            raise SharedCacheError(
-                f"shared_cache directory {self.root} became a symbolic link after it was "
-                "checked, so trcomp refuses it (in the job): a compile cache is code that "
-                "every job reading it runs. Make it a directory of yours."
-            )
-        partial = self.root / f"{_PARTIAL}{uuid.uuid4().hex}"
-        try:
-            shutil.copyfile(source, partial)
-            partial.chmod(0o644)
-            with commit():  # past the budget: the entry never appears
-                os.replace(partial, self.root / name)
-        finally:
-            partial.unlink(missing_ok=True)
-
-
-def _copy_listed(source: BinaryIO, dest: Path, listed: Listed, stop: Callable[[], bool]) -> None:
-    """Copy at most ``listed.size`` bytes of ``source`` to ``dest``, in chunks, asking
-    ``stop`` before each: a read thread whose budget ended stops, instead of reading on."""
-    left = listed.size + 1  # one byte more: enough to see that the entry grew
-    with dest.open("wb") as out:
-        while left > 0:
-            if stop():
-                raise Cancelled
-            chunk = source.read(min(_CHUNK, left))
-            if not chunk:
-                return
-            out.write(chunk)
-            left -= len(chunk)
-    raise EntryChanged(
-        f"it holds more than the {listed.size:,} bytes it was listed with: replaced since "
-        "the listing"
-    )
-
-
-def _remove_if_stale(path: Path) -> None:
-    """Remove a partial entry older than :data:`STALE_PARTIAL_S` (its writer died)."""
-    try:
-        if time.time() - path.stat().st_mtime > STALE_PARTIAL_S:
-            path.unlink()
-    except OSError:
-        pass  # gone meanwhile, or not ours to remove: it is never read either way
-
-
-def _make_dirs(path: Path, mode: int = 0o755) -> None:
-    """Create ``path`` and its missing parents with ``mode`` whatever the umask: a group-
-    writable location (umask 002) would be refused by every later job's check."""
-    missing = []
-    while not path.exists():
-        missing.append(path)
-        path = path.parent
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(mode=mode)
-        except FileExistsError:  # another job made it meanwhile: its mode is checked after
-            continue
-        directory.chmod(mode)  # mkdir's mode is masked by the umask; chmod's is not
 
 
 class S3Store:
@@ -237,7 +131,7 @@ class S3Store:
         for page in pages:
             for item in page.get("Contents", []):
                 name = str(item["Key"])[len(self.prefix) :]
-                if name.startswith(_PARTIAL):
+                if name.startswith(PARTIAL):
                     self._remove_if_stale(str(item["Key"]), item.get("LastModified"))
                 elif name and "/" not in name:
                     size, etag = int(item.get("Size", 0)), str(item.get("ETag", ""))
@@ -269,14 +163,14 @@ class S3Store:
         )
         body = response["Body"]
         try:
-            _copy_listed(body, dest, listed, stop)
+            copy_listed(body, dest, listed, stop)
         finally:
             body.close()
 
     def put(self, name: str, source: Path, commit: Commit) -> None:
         # Uploaded under a partial name, then copied to its own inside commit(): an upload
         # that outlasts the write budget never becomes an entry.
-        staged = f"{self.prefix}{_PARTIAL}{uuid.uuid4().hex}"
+        staged = f"{self.prefix}{PARTIAL}{uuid.uuid4().hex}"
         owner = {"ExpectedBucketOwner": self.account}
         try:
             with source.open("rb") as body:

@@ -178,10 +178,12 @@ class TrainingCompilerConfig(BaseModel):
     )
     shared_cache_insecure: bool = Field(
         default=False,
-        description="Let a SageMaker job use a Redis shared cache without TLS (`redis://`) or "
-        "without a password. Off: such a job is refused before it starts, because anyone "
-        "who reaches that Redis could put code there that every job reading it runs. Turn "
-        "it on only for a Redis on a network no one but your jobs reaches (docs/remote.md).",
+        description="Trust an S3 or Redis shared cache's location alone: let a job without "
+        "the team's key (`TRCOMP_SHARED_CACHE_KEY[_SECRET]`) use it, and a SageMaker job use "
+        "a Redis without TLS (`redis://`) or without a password. Off: such a job is refused "
+        "before it starts, because whoever else may write there could put code there that "
+        "every job reading it runs. Turn it on only for a bucket only your jobs may write or "
+        "a Redis on a network no one but your jobs reaches (docs/remote.md).",
     )
 
     auto_compile: bool = Field(

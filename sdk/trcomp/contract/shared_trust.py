@@ -10,7 +10,7 @@ refused when anyone but the job's team could write it:
   and for a job without a key no write grant to anyone outside the account;
 - a ``file://`` directory must be this user's and writable by no one else,
   and so must every directory above it (root's, or sticky like ``/tmp``, also
-  do): :func:`check_directory`.
+  do): :mod:`trcomp.contract.owned_dirs`, which also opens it for the store.
 
 Both the SDK (before a job starts) and the container (in the job, with the
 job's own credentials) call them. Standard library only: boto3 clients come
@@ -19,16 +19,19 @@ from the caller.
 
 from __future__ import annotations
 
-import os
-import stat
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from trcomp.contract.bucket_grants import PUBLIC_GROUPS, acl_writers, policy_writers
 from trcomp.contract.errors import SharedCacheError
-from trcomp.contract.shared_cache import error_code
+from trcomp.contract.shared_cache import (
+    KEY_ENV,
+    KEY_SECRET_ENV,
+    SharedCacheLocation,
+    error_code,
+)
 
-__all__ = ["check_bucket_private", "check_directory"]
+__all__ = ["check_bucket_private", "refuse_keyless_team_cache"]
 
 
 _BLOCK_FLAGS = ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
@@ -182,60 +185,35 @@ def _public(bucket: str, where: str, why: str, account_unread: str) -> str:
     return message
 
 
-def _uid() -> int:
-    return os.geteuid()
+_KEYLESS_TRUSTS = {
+    "s3": "every principal that IAM, the bucket policy or an ACL lets write the prefix, "
+    "which the job cannot check by itself",
+    "redis": "everyone who can reach the Redis and holds its password",
+}
 
 
-def check_directory(path: Path, *, where: str) -> Path:
-    """Refuse a ``file://`` location that someone other than this user could write or swap;
-    the resolved path that was checked, which the caller uses from then on.
+def refuse_keyless_team_cache(
+    location: SharedCacheLocation, environ: Mapping[str, Any], *, insecure: bool, where: str
+) -> None:
+    """Refuse an S3 or Redis shared cache to a job without the team's key, unless
+    ``insecure`` (``shared_cache_insecure=True``: trust the location alone).
 
-    ``path``, once it exists, must be owned by this user and writable by neither
-    group nor others. Every directory above it, up to ``/``, must be owned by
-    this user or root and writable by neither group nor others unless its sticky
-    bit is set (``/tmp``): whoever can write a parent can rename the cache away
-    and put their own in its place (the rule of OpenSSH's ``StrictModes``).
-    Symbolic links are resolved first, and the job opens the resolved path this
-    returns, never ``path`` again: a link repointed after the check (by whoever
-    can write the directory holding it) changes nothing the job reads. What does
-    not exist yet the job creates, with no write bit for group or others, and
-    checks again.
+    Without a key a job cannot tell its team's entries from anyone else's who may write
+    there, and what it could check on its own machine (a ``file://`` directory's owner and
+    mode) does not exist for a bucket or a Redis: whoever else may write them is decided
+    by policies and passwords elsewhere. ``environ`` is the job's ``environment=`` (the
+    SDK) or environment (the job): the key is there by value or by secret.
     """
-    resolved = Path(os.path.realpath(path))
-    uid = _uid()
-    for current in (resolved, *resolved.parents):
-        try:
-            info = current.stat()
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise SharedCacheError(
-                f"cannot check shared_cache directory {current}: {exc}"
-            ) from None
-        mode = stat.filemode(info.st_mode)
-        writable = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        if current == resolved:
-            if info.st_uid != uid:
-                why = f"owned by uid {info.st_uid}"
-                raise SharedCacheError(_foreign(path, current, where, why))
-            if writable:
-                why = f"writable by group or others ({mode})"
-                raise SharedCacheError(_foreign(path, current, where, why))
-            continue
-        if info.st_uid not in (uid, 0):
-            why = f"owned by uid {info.st_uid}, neither this user nor root"
-            raise SharedCacheError(_foreign(path, current, where, why))
-        if writable and not info.st_mode & stat.S_ISVTX:
-            why = f"writable by group or others without the sticky bit ({mode})"
-            raise SharedCacheError(_foreign(path, current, where, why))
-    return resolved
-
-
-def _foreign(path: Path, current: Path, where: str, why: str) -> str:
-    return (
-        f"shared_cache directory {path} may be written by someone else ({current} is {why}), "
-        f"so trcomp refuses it ({where}): a compile cache is code that every job reading it "
-        f"runs. The directory must be yours, each one above it yours or root's, and none "
-        f"writable by group or others unless sticky like /tmp (chown; chmod go-w {current}), "
-        "or choose a directory that is."
+    trusts = _KEYLESS_TRUSTS.get(location.kind)
+    if trusts is None or insecure or environ.get(KEY_ENV) or environ.get(KEY_SECRET_ENV):
+        return
+    raise SharedCacheError(
+        f"shared_cache {location.shown} has no key ({KEY_ENV} or {KEY_SECRET_ENV}): without "
+        f"one a job would run whatever it finds there, trusting {trusts}, so trcomp refuses "
+        f"it ({where}): a compile cache is code that every job reading it runs. Give every "
+        "job of the team the same key (openssl rand -hex 32): in local modes "
+        f"environment={{'{KEY_ENV}': ...}}; on SageMaker store it in AWS Secrets Manager "
+        f"and pass environment={{'{KEY_SECRET_ENV}': '<secret ARN>'}}. To trust the "
+        "location alone instead, set TrainingCompilerConfig(shared_cache_insecure=True) "
+        "(docs/remote.md, What each mode trusts)."
     )
