@@ -308,3 +308,24 @@ def test_a_keyed_jax_job_keeps_its_cache_in_the_live_dir(tmp_path):
     _write(persistent / "jax" / "planted-program", b"an executable")
     live, signed = _restore(tmp_path, persistent, "jax-live")
     assert _files(live) == set() and signed.facts["files_refused"] == 1
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        "[" * 100_000,  # nested past the parser's recursion limit
+        '{"manifest": "{}", "written": Infinity, "mac": "00"}',
+        '{"manifest": "{}", "written": 1e400, "mac": "00"}',
+    ],
+    ids=["nested", "infinity", "overflow"],
+)
+def test_a_manifest_planted_to_crash_the_restore_restores_nothing(tmp_path, document):
+    """Whoever writes the checkpoint location wrote a manifest that is no JSON a job can
+    read: the keyed job raised out of the restore (RecursionError, OverflowError) and every
+    keyed job of the lineage failed as a trcomp internal error, before the key was checked."""
+    persistent = _keyed_job_compiles(tmp_path)
+    (persistent / MANIFEST_NAME).write_text(document)
+    live, signed = _restore(tmp_path, persistent, "victim-live")
+    assert _files(live) == set()
+    assert signed.facts["manifest"] == "refused: not a signed manifest"
+    assert signed.facts["files_refused"] == 2

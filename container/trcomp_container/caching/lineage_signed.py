@@ -47,6 +47,9 @@ NAMED_REFUSED = 20
 _NAMED_IN_WARNING = 5
 
 _UNSIGNED = "not in a signed manifest"
+_UNREADABLE = (ValueError, KeyError, TypeError, RecursionError, OverflowError)
+"""What reading a manifest raises: JSON nested past the parser's depth (RecursionError), a
+time of ``Infinity`` or ``1e400`` (OverflowError), or anything else that is not one."""
 
 
 class _Refused(Exception):
@@ -163,7 +166,7 @@ class SignedLineage:
             document = json.loads(raw)
             body, when = str(document["manifest"]), int(document["written"])
             mac = bytes.fromhex(str(document["mac"]))
-        except (ValueError, KeyError, TypeError):
+        except _UNREADABLE:  # whoever writes the location wrote it: refused, never raised
             return {}, "refused: not a signed manifest"
         verdict = signing.check(self.keys, signing.LINEAGE_MANIFEST, when, mac, body.encode())
         if verdict == "bad":
@@ -180,7 +183,7 @@ class SignedLineage:
                 _safe_relative(relative): (int(size), str(digest))
                 for relative, (size, digest) in dict(manifest["files"]).items()
             }
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (*_UNREADABLE, AttributeError) as exc:
             return {}, f"refused: malformed ({exc})"
         self.facts["manifest_written"] = manifest.get("written")
         return listed, "verified"
