@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from trcomp.contract.config import TrainingCompilerConfig
-from trcomp.contract.env import LAUNCHER_ENV, for_training
+from trcomp.contract.env import LAUNCHER_ENV, SECRET_NAMES, for_training
 from trcomp.contract.errors import CompilerConfigError, SharedCacheError
 from trcomp.contract.keys import CHECKPOINT_URI_ENV
 from trcomp.contract.proctree import grace_s
-from trcomp_container import hyperparameters
+from trcomp_container import environ_block, hyperparameters
 from trcomp_container import summary as summary_module
 from trcomp_container.backends import ConcreteBackend, Engine, resolve_backend, resolve_engine
 from trcomp_container.caching import job_setup, lineage
@@ -78,6 +78,9 @@ class _Report:
 
 def main() -> None:
     """Run the job; raise :class:`JobFailed` (the toolkit exits with its ``errno``)."""
+    # The training processes are this process's children: they could read the key in the
+    # environment this process was started with (os.environ keeps it).
+    environ_block.blank(SECRET_NAMES)
     job = Job.from_toolkit()
     exit_code, reason = run_job(job)
     if exit_code != ExitCode.OK:

@@ -69,6 +69,8 @@ def test_a_keyed_file_job_gives_its_script_and_children_no_key(tmp_path):
         allowed = {v.name for v in REGISTRY if v.handoff in ("pass", "set")}
         assert _trcomp_names(environ) <= allowed, _trcomp_names(environ) - allowed
     assert KEY not in json.dumps(seen["isolated_child"]["environ"])
+    # The entrypoint's own environment holds the key: the script read it there before.
+    assert seen["ancestors"] and KEY not in json.dumps(seen["ancestors"])
     summary = json.loads((tmp_path / "job/output/data/compiler/summary.json").read_text())
     assert any("TRCOMP_SHARED_CACHE_KEY_" in w for w in summary["warnings"])
     assert summary["shared_cache"]["signed"] is True  # the entrypoint still signs
@@ -97,3 +99,6 @@ def test_a_process_without_the_hook_in_a_keyed_redis_job_reads_nothing_unsigned(
         assert REDIS_URL_ENV not in environ, where
         assert not set(TORCH_REMOTE_CACHE_ENV) & set(environ), where
     assert not set(TORCH_REMOTE_CACHE_ENV) & set(isolated["environ"])
+    # What a child of the script reads in /proc/<script>/environ, and the script in its
+    # parent's: the key was in both before.
+    assert KEY not in seen["own_block"] and KEY not in json.dumps(seen["ancestors"])

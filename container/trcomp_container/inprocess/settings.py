@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trcomp.contract.env import CACHE_DIR_ENV, COMPILER_DIR_ENV, CONFIG_ENV, METRICS_DIR_ENV
+from trcomp.contract.env import (
+    CACHE_DIR_ENV,
+    COMPILER_DIR_ENV,
+    CONFIG_ENV,
+    METRICS_DIR_ENV,
+    SECRET_NAMES,
+)
+from trcomp_container import environ_block
 from trcomp_container.inprocess.redis_handoff import RedisHandoff
 
 __all__ = ["Settings"]
@@ -58,6 +65,7 @@ class Settings:
         compiler = env.get(COMPILER_DIR_ENV)
         if environ is None and metrics:
             redis = RedisHandoff.take(os.environ)
+            environ_block.blank(SECRET_NAMES)  # nor in /proc/<pid>/environ, for children
         else:
             redis = RedisHandoff.from_env(env) if metrics else None
         return cls(

@@ -3,6 +3,12 @@ children get: written to ``<model dir>/env_attack.json``.
 
 - ``environ``: this process's environment, as the script sees it (the hook has started);
 - ``hooked_child``: the environment of a plain ``python`` child (the hook runs there too);
+- ``ancestors``: the environment of each process above this one that it can read
+  (``/proc/<pid>/environ``: the entrypoint's, which holds the key, is one of them unless
+  the entrypoint made itself unreadable);
+- ``own_block``: this process's environment as it was started, as its children read it
+  (``/proc/self/environ``: the hook takes the Redis handoff out of ``os.environ``, not
+  out of there, unless it blanks it);
 - ``isolated_child``: a ``python -I`` child (no hook): whether inductor's remote FX-graph
   cache is on there, and if so what its Redis backend returns for ``--planted`` (the name
   an attacker wrote an unsigned value under), as inductor would look it up.
@@ -40,8 +46,24 @@ def _last_json(argv: list[str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _ancestors() -> dict[str, str]:
+    """``/proc/<pid>/environ`` of every process above this one, as far as it can be read."""
+    found: dict[str, str] = {}
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            found[str(pid)] = Path(f"/proc/{pid}/environ").read_bytes().decode("latin-1")
+        except OSError as exc:
+            found[str(pid)] = f"unreadable: {exc.strerror}"
+        status = Path(f"/proc/{pid}/status").read_text()
+        pid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+    return found
+
+
 seen = {
     "environ": dict(os.environ),
+    "ancestors": _ancestors(),
+    "own_block": Path("/proc/self/environ").read_bytes().decode("latin-1"),
     "hooked_child": _last_json([sys.executable, "-c", DUMP]),
     "isolated_child": _last_json([sys.executable, "-I", "-c", ISOLATED, args.planted]),
 }
