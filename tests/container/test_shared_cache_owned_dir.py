@@ -154,3 +154,30 @@ def test_a_link_in_place_of_a_component_after_the_path_was_resolved_is_refused(t
                        where="in the job")  # fmt: skip
     finally:
         os.close(parent)
+
+
+def test_an_entry_another_user_left_before_the_folder_was_locked_down_is_not_read(sticky):
+    """The team's folder was writable by others (mode 0777) when another user wrote an
+    entry into it; the job refused the folder and said ``chmod go-w``, which its user did.
+    The folder now passes, but the entry is still the other user's, who can also rewrite
+    it in place whenever they like (the folder stays open to them for reading): before, the
+    keyless job unpacked it. Now an entry is read only when it is the job's user's and
+    writable by no one else, checked on the open file; the entry is named in a warning."""
+    location = sticky / "team-cache"
+    (location / COMPAT.key).mkdir(parents=True)
+    for folder in (location, location / COMPAT.key):
+        folder.chmod(0o777)
+    planted = _plant(sticky / "staging", [("inductor/fxgraph/evil", b"import os  # planted")])
+    wrote = _as_other_user(  # the other user writes the entry into the open folder
+        f"import shutil; shutil.copyfile({str(planted)!r}, "
+        f"{str(location / COMPAT.key / planted.name)!r})"
+    )
+    assert wrote.returncode == 0, wrote.stderr
+    for folder in (location, location / COMPAT.key):  # the fix the refusal names
+        folder.chmod(0o755)
+    assert (location / COMPAT.key / planted.name).stat().st_uid == OTHER_UID
+    live = sticky / "job" / "live"
+    cache = _open(f"file://{location}", live)
+    assert _files(live) == []  # ["evil"] before
+    assert cache.facts["entries_skipped"] == 1
+    assert any(f"owned by uid {OTHER_UID}" in warning for warning in cache.warnings)

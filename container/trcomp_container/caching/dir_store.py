@@ -29,7 +29,15 @@ from typing import BinaryIO, NamedTuple
 from trcomp.contract.owned_dirs import open_child, open_directory
 from trcomp_container.caching.budget import Cancelled
 
-__all__ = ["PARTIAL", "STALE_PARTIAL_S", "DirectoryStore", "EntryChanged", "Listed", "copy_listed"]
+__all__ = [
+    "PARTIAL",
+    "STALE_PARTIAL_S",
+    "DirectoryStore",
+    "EntryChanged",
+    "ForeignEntry",
+    "Listed",
+    "copy_listed",
+]
 
 PARTIAL = ".partial-"
 """Temp files of a write start with this; listings skip them."""
@@ -54,6 +62,10 @@ class Listed(NamedTuple):
 
 class EntryChanged(Exception):
     """An entry that is not the one listed (replaced since, by a larger one)."""
+
+
+class ForeignEntry(Exception):
+    """An entry of another user, or one others may write: never read."""
 
 
 class DirectoryStore:
@@ -115,6 +127,7 @@ class DirectoryStore:
         if self._handle is None:
             raise FileNotFoundError(listed.name)
         with os.fdopen(os.open(listed.name, _READ, dir_fd=self._handle), "rb") as source:
+            _check_entry(os.fstat(source.fileno()))
             copy_listed(source, dest, listed, stop)
 
     def put(
@@ -143,6 +156,24 @@ class DirectoryStore:
                 os.unlink(name, dir_fd=self._handle)
         except OSError:
             pass  # gone meanwhile, or not ours to remove: it is never read either way
+
+
+def _check_entry(info: os.stat_result) -> None:
+    """Refuse an entry someone else could have written or could rewrite in place: one of
+    another user (left there while the folder was open to others, before its user made it
+    pass), or writable by group or others. Checked on the open file, so nothing it names
+    after the check is another file."""
+    if not stat.S_ISREG(info.st_mode):
+        raise ForeignEntry("it is not a file")
+    if info.st_uid != os.geteuid():
+        raise ForeignEntry(
+            f"it is owned by uid {info.st_uid}, not this user: someone else wrote it, "
+            "maybe while the folder was open to others; delete it"
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ForeignEntry(
+            f"it is writable by group or others ({stat.filemode(info.st_mode)}): chmod go-w it"
+        )
 
 
 def copy_listed(source: BinaryIO, dest: Path, listed: Listed, stop: Callable[[], bool]) -> None:
