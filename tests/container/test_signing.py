@@ -7,6 +7,7 @@ value, each refused when given the other's signature over the very same bytes.
 from __future__ import annotations
 
 import hashlib
+import time
 
 import pytest
 
@@ -18,7 +19,7 @@ from trcomp_container.inprocess.patches import redis_backend
 
 KEY = b"team-key-0123456789abcdef"
 OTHER = b"other-key-0123456789abcdef"
-WHEN = 1_800_000_000
+WHEN = 1_700_000_000  # 2023-11-14: in the past (a time ahead of the clock is refused)
 COMPAT = compat_set(engine="inductor", gpu_listing=None)
 
 
@@ -78,3 +79,21 @@ def test_an_entrys_signature_is_refused_as_a_redis_value():
     assert redis_backend.checked(Keys((KEY,)), COMPAT.key, forged) == ("bad", None)
     honest = redis_backend.sign(KEY, COMPAT.key, digest.encode(), when=WHEN)
     assert redis_backend.checked(Keys((KEY,)), COMPAT.key, honest) == ("ok", digest.encode())
+
+
+def test_a_time_signed_ahead_of_the_clock_is_refused_in_every_user():
+    """Only a key holder can sign a time, but a copy dated a year ahead would outlive every
+    withdrawal: a time more than FUTURE_SKEW_S ahead of the reader's clock is refused."""
+    keys = Keys((KEY,))
+    ahead = int(time.time()) + 365 * 86400
+    fields = (b"name", b"value")
+    signature = sign(KEY, ENTRY, ahead, *fields)
+    assert check(keys, ENTRY, ahead, signature, *fields) == "future"
+    assert check(keys, ENTRY, ahead, signature, *fields, now=ahead) == "ok"
+    near = int(time.time()) + signing.FUTURE_SKEW_S // 2  # clocks differ a little: read
+    assert check(keys, ENTRY, near, sign(KEY, ENTRY, near, *fields), *fields) == "ok"
+    name = entry_name("a" * 64, COMPAT.key, KEY, when=ahead)
+    with pytest.raises(EntryError, match="ahead of this machine's clock"):
+        check_name(name, COMPAT.key, keys)
+    stored = redis_backend.sign(KEY, "fx-graph-v1:abc", b"graph", when=ahead)
+    assert redis_backend.checked(keys, "fx-graph-v1:abc", stored) == ("future", None)

@@ -144,6 +144,12 @@ def check_name(name: str, compat_key: str, keys: Keys) -> str:
             "from another set, or signed by an older trcomp, whose signatures are of "
             "another scheme"
         )
+    if verdict == "future":
+        raise EntryError(
+            f"its signed time ({format_moment(seconds)}) is more than "
+            f"{signing.FUTURE_SKEW_S} s ahead of this machine's clock: a copy dated ahead "
+            "would outlive every withdrawal"
+        )
     if verdict == "withdrawn":
         raise EntryWithdrawn(
             f"withdrawn: signed at {format_moment(seconds)}, before the team's not_before "

@@ -171,6 +171,8 @@ class SignedLineage:
         verdict = signing.check(self.keys, signing.LINEAGE_MANIFEST, when, mac, body.encode())
         if verdict == "bad":
             return {}, "refused: its signature is not this job's key's"
+        if verdict == "future":
+            return {}, "refused: signed at a time ahead of this machine's clock"
         if verdict == "withdrawn":
             return {}, "refused: withdrawn (signed before the team's not_before)"
         try:

@@ -49,9 +49,14 @@ each file's path, size and SHA-256 (:mod:`.lineage_signed`)."""
 PURPOSES = (ENTRY, REDIS_VALUE, LINEAGE_MANIFEST)
 MAC_BYTES = 32
 
-Verdict = Literal["ok", "bad", "withdrawn"]
+Verdict = Literal["ok", "bad", "withdrawn", "future"]
 """``ok``; ``bad``: no key of the job signed these fields at that time for this purpose;
-``withdrawn``: one did, before the team's ``not_before``."""
+``withdrawn``: one did, before the team's ``not_before``; ``future``: one did, dated more
+than :data:`FUTURE_SKEW_S` ahead of this machine's clock."""
+FUTURE_SKEW_S = 300
+"""How far ahead of the reader's clock a signed time may be (clocks of two machines differ
+by seconds under NTP). A time further ahead is refused: only a key holder can sign one,
+but a copy dated ahead would outlive every later withdrawal (``not_before``)."""
 
 
 @dataclass(frozen=True)
@@ -93,9 +98,12 @@ def sign(key: bytes, purpose: str, when: int, *fields: bytes) -> bytes:
     return mac(key, purpose, when, *fields)
 
 
-def check(keys: Keys, purpose: str, when: int, signature: bytes, *fields: bytes) -> Verdict:
+def check(
+    keys: Keys, purpose: str, when: int, signature: bytes, *fields: bytes, now: float | None = None
+) -> Verdict:
     """Whether ``signature`` is one of ``keys``' over ``fields`` at ``when`` for ``purpose``,
-    and not withdrawn. Every key is tried, none skipped: the time taken says nothing about
+    not withdrawn and not dated ahead of ``now`` (this machine's clock) by more than
+    :data:`FUTURE_SKEW_S`. Every key is tried, none skipped: the time taken says nothing about
     which matched. A signature is checked before its time is believed."""
     matched = sum(
         hmac.compare_digest(signature, mac(key, purpose, when, *fields)) for key in keys.keys
@@ -104,4 +112,6 @@ def check(keys: Keys, purpose: str, when: int, signature: bytes, *fields: bytes)
         return "bad"
     if keys.not_before is not None and when < keys.not_before:
         return "withdrawn"
+    if when > (time.time() if now is None else now) + FUTURE_SKEW_S:
+        return "future"
     return "ok"
