@@ -329,3 +329,19 @@ def test_a_manifest_planted_to_crash_the_restore_restores_nothing(tmp_path, docu
     assert _files(live) == set()
     assert signed.facts["manifest"] == "refused: not a signed manifest"
     assert signed.facts["files_refused"] == 2
+
+
+def test_a_manifest_signed_a_year_ahead_is_refused(tmp_path):
+    """A key holder's copy dated ahead would outlive every later withdrawal."""
+    persistent = _keyed_job_compiles(tmp_path)
+    document = json.loads((persistent / MANIFEST_NAME).read_text())
+    manifest = json.loads(document["manifest"])
+    ahead = manifest["written"] + 365 * 86400
+    manifest["written"] = ahead
+    body = json.dumps(manifest, sort_keys=True)
+    mac = signing.sign(KEY.encode(), signing.LINEAGE_MANIFEST, ahead, body.encode())
+    document.update(manifest=body, written=ahead, mac=mac.hex())
+    (persistent / MANIFEST_NAME).write_text(json.dumps(document))
+    live, signed = _restore(tmp_path, persistent, "ahead")
+    assert _files(live) == set()
+    assert signed.facts["manifest"] == "refused: signed at a time ahead of this machine's clock"
