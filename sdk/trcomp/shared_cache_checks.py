@@ -16,6 +16,7 @@ Every AWS call has the job's timeouts (``shared_cache_timeout_s``).
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Mapping
@@ -144,10 +145,22 @@ def _near(name: str) -> bool:
 
 
 def _forms(secret: str) -> set[str]:
-    """How a secret value may appear in a hyperparameter: stripped (the job strips it:
-    a key read from a file keeps its newline), and as JSON writes it (the SDK encodes)."""
+    """How a secret value may appear in a hyperparameter, lower-cased (compared with the
+    value lower-cased: a hex key in upper case is the same key): stripped (the job strips
+    it: a key read from a file keeps its newline), as JSON writes it (the SDK encodes), and
+    its bytes in base64 (standard or URL-safe, unpadded) and in hex."""
     stripped = secret.strip()
-    return {stripped, json.dumps(stripped)[1:-1]} if len(stripped) >= _SHORTEST else set()
+    if len(stripped) < _SHORTEST:
+        return set()
+    raw = stripped.encode()
+    encoded = {
+        stripped,
+        json.dumps(stripped)[1:-1],
+        base64.b64encode(raw).decode().rstrip("="),
+        base64.urlsafe_b64encode(raw).decode().rstrip("="),
+        raw.hex(),
+    }
+    return {form.lower() for form in encoded}
 
 
 def _looks_like_key(value: str) -> bool:
@@ -216,7 +229,7 @@ def _check_secrets_placed(
     _check_secret_references(environment)
     values = set().union(*(_forms(str(environment[n])) for n in _IN_CLEAR if n in environment))
     for key, value in hyperparameters.items():
-        if _near(str(key)) or any(secret in str(value) for secret in values):
+        if _near(str(key)) or any(secret in str(value).lower() for secret in values):
             raise SharedCacheError(
                 f"hyperparameter {key!r} holds a shared cache secret: hyperparameters are stored "
                 "with the job and shown by DescribeTrainingJob. Remove it and pass the secret "

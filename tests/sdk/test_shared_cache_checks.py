@@ -7,6 +7,7 @@ submitted to moto for real; process mode runs nothing when it refuses.
 
 from __future__ import annotations
 
+import base64
 import json
 import warnings
 from collections.abc import Iterator
@@ -331,6 +332,28 @@ KEY = "0123456789abcdef" * 4
                 "hyperparameters": {"args": json.dumps({"k": KEY})},
             },
             "hyperparameter 'args' holds a shared cache secret",
+        ),
+        # Another spelling of the same key: upper case, base64, hex of its bytes.
+        (
+            {
+                "environment": {"TRCOMP_SHARED_CACHE_KEY": KEY},
+                "hyperparameters": {"k": KEY.upper()},
+            },
+            "hyperparameter 'k' holds a shared cache secret",
+        ),
+        (
+            {
+                "environment": {"TRCOMP_SHARED_CACHE_KEY": KEY},
+                "hyperparameters": {"k": base64.b64encode(KEY.encode()).decode()},
+            },
+            "hyperparameter 'k' holds a shared cache secret",
+        ),
+        (
+            {
+                "environment": {"TRCOMP_SHARED_CACHE_KEY": KEY},
+                "hyperparameters": {"k": f"--key={KEY.encode().hex()}"},
+            },
+            "hyperparameter 'k' holds a shared cache secret",
         ),
         # Near names, in hyperparameters and in the environment.
         ({"hyperparameters": {"MY_TRCOMP_SHARED_CACHE_KEY": KEY}}, "'MY_TRCOMP_SHARED_CACHE_KEY'"),
