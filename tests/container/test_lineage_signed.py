@@ -345,3 +345,12 @@ def test_a_manifest_signed_a_year_ahead_is_refused(tmp_path):
     live, signed = _restore(tmp_path, persistent, "ahead")
     assert _files(live) == set()
     assert signed.facts["manifest"] == "refused: signed at a time ahead of this machine's clock"
+
+
+def test_a_planted_name_with_a_newline_adds_no_line_to_the_log(tmp_path):
+    persistent = _keyed_job_compiles(tmp_path)
+    _write(persistent / "inductor" / "x\nERROR: forged log line", b"planted")
+    _, signed = _restore(tmp_path, persistent, "victim-live")
+    (warning,) = signed.warnings
+    assert "\n" not in warning and "x\\nERROR: forged log line" in warning
+    assert all("\n" not in shown for shown in signed.facts["refused"])
