@@ -503,3 +503,13 @@ def test_a_keyless_s3_or_redis_cache_is_refused_in_the_job(moto, tmp_path):
     assert _open("s3://keyless-cache/compile", tmp_path / "k", KEY).facts["signed"] is True
     opted_in = _open("s3://keyless-cache/compile", tmp_path / "o", insecure=True)
     assert opted_in.facts["signed"] is False
+
+
+def test_a_planted_entry_name_with_a_newline_adds_no_line_to_the_log(tmp_path):
+    store = tmp_path / "shared" / COMPAT.key
+    _plant(store, [("inductor/good", b"compiled")], key=KEY)
+    (store / f"{'0' * 8}T000000Z-x\nERROR: forged line.tar.gz").write_bytes(b"junk")
+    cache = _open(f"file://{tmp_path / 'shared'}", tmp_path / "r" / "live", KEY)
+    assert cache.facts["entries_read"] == 1
+    assert cache.warnings and all("\n" not in warning for warning in cache.warnings)
+    assert any("x\\nERROR: forged line" in warning for warning in cache.warnings)

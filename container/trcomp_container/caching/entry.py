@@ -61,6 +61,7 @@ __all__ = [
     "entry_name",
     "files_of",
     "move_staged",
+    "printable",
     "stage_entry",
     "stamp",
     "write_entry",
@@ -292,6 +293,14 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> Non
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("xb") as out:
         shutil.copyfileobj(source, out)
+
+
+def printable(name: str, most: int = 200) -> str:
+    """A name from a store or a checkpoint location, for the log and the summary: control
+    characters escaped (a planted name with a newline must not add a line of its own to
+    the job's log), long names cut."""
+    shown = name if name.isprintable() else json.dumps(name, ensure_ascii=False)[1:-1]
+    return shown if len(shown) <= most else f"{shown[:most]}... ({len(shown):,} characters)"
 
 
 def _shown(name: str, most: int = 200) -> str:

@@ -34,7 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from trcomp_container.caching import signing
-from trcomp_container.caching.entry import Stamp, stamp
+from trcomp_container.caching.entry import Stamp, printable, stamp
 from trcomp_container.caching.lineage import MANIFEST_NAME, is_transient
 from trcomp_container.caching.signing import Keys
 
@@ -193,7 +193,7 @@ class SignedLineage:
     def _name_refused(self, persistent: Path, refused: dict[str, str]) -> None:
         if not refused:
             return
-        shown = [f"{_printable(relative)} ({why})" for relative, why in sorted(refused.items())]
+        shown = [f"{printable(relative)} ({why})" for relative, why in sorted(refused.items())]
         self.facts["refused"] = shown[:NAMED_REFUSED]
         more = len(shown) - _NAMED_IN_WARNING
         self.warnings.append(
@@ -205,13 +205,6 @@ class SignedLineage:
             "(an older trcomp's, a job without the key's, or someone else's) are refused at "
             "every start: delete them from the checkpoint location."
         )
-
-
-def _printable(name: str, most: int = 200) -> str:
-    """A file name for the log and the summary: control characters escaped (a planted name
-    with a newline must not add a line of its own to the job's log), long names cut."""
-    shown = name if name.isprintable() else json.dumps(name, ensure_ascii=False)[1:-1]
-    return shown if len(shown) <= most else f"{shown[:most]}... ({len(shown):,} characters)"
 
 
 def _walk(top: Path, links: dict[str, str]) -> list[tuple[str, Path]]:

@@ -44,6 +44,7 @@ from trcomp_container.caching.entry import (
     check_name,
     files_of,
     move_staged,
+    printable,
     stage_entry,
     stamp,
     write_entry,
@@ -280,8 +281,8 @@ def _read_all(cache: SharedCache, store: Store, live: Path, limit: int, budget: 
                 skipped.append(name)
                 if len(skipped) <= NAMED_SKIPS:
                     cache._warn(
-                        f"shared compile cache entry {store.where.rstrip('/')}/{name} was "
-                        f"skipped: {exc}. What it held is compiled again."
+                        f"shared compile cache entry {store.where.rstrip('/')}/"
+                        f"{printable(name)} was skipped: {exc}. What it held is compiled again."
                     )
     if len(skipped) > NAMED_SKIPS:
         with budget.commit():
