@@ -29,7 +29,7 @@ from trcomp.contract.withdrawal import KeySecret, not_before_of
 from trcomp_container.caching.signing import Keys
 from trcomp_container.caching.stores import aws_config
 
-__all__ = ["MIN_KEY_BYTES", "read_secret", "signing_key", "team_keys", "verifying_keys"]
+__all__ = ["MIN_KEY_BYTES", "read_secret", "team_keys"]
 
 MIN_KEY_BYTES = 16
 
@@ -70,16 +70,6 @@ def read_secret(
     if text is None:
         text = bytes(answer.get("SecretBinary") or b"").decode("utf-8", "replace")
     return str(text)
-
-
-def signing_key(environ: Mapping[str, str], *, timeout_s: float) -> bytes | None:
-    """The team's key for signing and checking entries; None when the job has none."""
-    return team_keys(environ, timeout_s=timeout_s).current
-
-
-def verifying_keys(environ: Mapping[str, str], *, timeout_s: float) -> tuple[bytes, ...]:
-    """The keys a signature may be of (:attr:`team_keys`'s ``keys``)."""
-    return team_keys(environ, timeout_s=timeout_s).keys
 
 
 def team_keys(environ: Mapping[str, str], *, timeout_s: float) -> Keys:

@@ -62,6 +62,7 @@ __all__ = [
     "files_of",
     "move_staged",
     "printable",
+    "safe_relative",
     "stage_entry",
     "stamp",
     "write_entry",
@@ -167,11 +168,13 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _safe_relative(name: str) -> str:
+def safe_relative(name: str) -> str:
+    """``name`` normalized ("a//b" and "./a/b" are "a/b"), when it stays inside the cache
+    (an entry's member, a lineage manifest's file); :class:`EntryError` otherwise."""
     relative = PurePosixPath(name)
     if relative.is_absolute() or not relative.parts or ".." in relative.parts:
-        raise EntryError(f"it holds a file outside the cache ({name!r})")
-    return str(relative)  # normalized: "a//b" and "./a/b" are "a/b"
+        raise EntryError(f"a file outside the cache ({name!r})")
+    return str(relative)
 
 
 def stage_entry(
@@ -268,13 +271,14 @@ def _unpack_stream(
                 continue
             regular = member.isreg() and not member.issparse()
             if not regular or not member.name.startswith("files/"):
-                raise EntryError(f"it holds something other than a file ({_shown(member.name)!r})")
-            relative = _safe_relative(member.name.removeprefix("files/"))
+                shown = printable(member.name)
+                raise EntryError(f"it holds something other than a file ({shown!r})")
+            relative = safe_relative(member.name.removeprefix("files/"))
             if relative in seen:
-                raise EntryError(f"it holds {_shown(relative)} twice")
+                raise EntryError(f"it holds {printable(relative)} twice")
             seen.add(relative)
             if sizes.get(relative) != member.size:
-                raise EntryError(f"{_shown(relative)} is not in its manifest with that size")
+                raise EntryError(f"{printable(relative)} is not in its manifest with that size")
             staged.unpacked_bytes += member.size
             if staged.unpacked_bytes > limit:
                 raise _too_big(staged.unpacked_bytes, limit)
@@ -289,7 +293,7 @@ def _unpack_stream(
 def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> None:
     source = tar.extractfile(member)
     if source is None:
-        raise EntryError(f"{_shown(member.name)} has no contents")
+        raise EntryError(f"{printable(member.name)} has no contents")
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("xb") as out:
         shutil.copyfileobj(source, out)
@@ -301,11 +305,6 @@ def printable(name: str, most: int = 200) -> str:
     the job's log), long names cut."""
     shown = name if name.isprintable() else json.dumps(name, ensure_ascii=False)[1:-1]
     return shown if len(shown) <= most else f"{shown[:most]}... ({len(shown):,} characters)"
-
-
-def _shown(name: str, most: int = 200) -> str:
-    """A member's name for a message: a name may be as long as the read limit allows."""
-    return name if len(name) <= most else f"{name[:most]}... ({len(name):,} characters)"
 
 
 def _too_big(size: int, limit: int) -> EntryError:

@@ -34,7 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from trcomp_container.caching import signing
-from trcomp_container.caching.entry import Stamp, printable, stamp
+from trcomp_container.caching.entry import EntryError, Stamp, printable, safe_relative, stamp
 from trcomp_container.caching.lineage import MANIFEST_NAME, is_transient
 from trcomp_container.caching.signing import Keys
 
@@ -182,10 +182,10 @@ class SignedLineage:
             if manifest.get("format") != FORMAT:
                 return {}, f"refused: format {manifest.get('format')!r} is not {FORMAT}"
             listed = {
-                _safe_relative(relative): (int(size), str(digest))
+                safe_relative(relative): (int(size), str(digest))
                 for relative, (size, digest) in dict(manifest["files"]).items()
             }
-        except (*_UNREADABLE, AttributeError) as exc:
+        except (*_UNREADABLE, AttributeError, EntryError) as exc:
             return {}, f"refused: malformed ({exc})"
         self.facts["manifest_written"] = manifest.get("written")
         return listed, "verified"
@@ -237,13 +237,6 @@ def _walk(top: Path, links: dict[str, str]) -> list[tuple[str, Path]]:
                 continue
             found.append((relative.as_posix(), here / name))
     return found
-
-
-def _safe_relative(name: str) -> str:
-    relative = PurePosixPath(name)
-    if relative.is_absolute() or not relative.parts or ".." in relative.parts:
-        raise ValueError(f"a signed lineage manifest names a path outside the cache ({name!r})")
-    return relative.as_posix()
 
 
 def _same_size_file(path: Path, size: int) -> bool:
