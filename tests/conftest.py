@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import compile_cache, durations
+from tests.helpers import compile_cache, durations, vec_isa
 
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
 
@@ -24,7 +24,8 @@ _COMPILE_CACHE = pytest.StashKey[Path]()
 
 def pytest_configure(config: pytest.Config) -> None:
     """Record per-test durations, choose the warm compile cache
-    (tests/helpers/compile_cache.py), and put the kernel-build cache first on PATH
+    (tests/helpers/compile_cache.py), check inductor's CPU vector ISA once for the session
+    (tests/helpers/vec_isa.py), and put the kernel-build cache first on PATH
     for every job.
 
     Each test job compiles with its own empty compile cache, so inductor builds
@@ -37,6 +38,8 @@ def pytest_configure(config: pytest.Config) -> None:
     made = compile_cache.configure()
     if made is not None:
         config.stash[_COMPILE_CACHE] = made
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # workers inherit the controller's
+        vec_isa.probe(compile_cache.directory())
     if os.environ.get("TRCOMP_TEST_CXX_CACHE") == "off" or CXX_CACHE_ENV in os.environ:
         return
     cache = Path(tempfile.mkdtemp(prefix="trcomp-cxx-cache-"))

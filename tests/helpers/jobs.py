@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tests.helpers import vec_isa
 from trcomp.local.tree import lay_out_tree
 
 if TYPE_CHECKING:
@@ -84,6 +85,8 @@ def job_env(base: Path, extra: Mapping[str, str] | None = None) -> dict[str, str
         # One compile thread: no worker-pool start-up, measurably faster on a 2-core machine.
         TORCHINDUCTOR_COMPILE_THREADS="1",
     )
+    # The session's one check of inductor's CPU vector ISA (tests/helpers/vec_isa.py).
+    env.update(vec_isa.environment())
     env.update(extra or {})
     return env
 

@@ -123,9 +123,6 @@ class AutoCompile:
         self.verify = verify
         self.compare_random = compare_random
         self.compile_kwargs = compile_kwargs
-        self.torch_kwargs = checked_kwargs(self, compile_kwargs) if verify else compile_kwargs
-        """What the hook passes to ``torch.compile``: with ``verify``, the configured backend
-        wrapped in the graph check (:mod:`.graphcheck`)."""
         self.fallback_eager = fallback_eager
         self.regional = regional
         self.on_model = on_model
@@ -155,6 +152,14 @@ class AutoCompile:
         """FSDP2 blocks: one compiled forward per block class (:func:`.fsdp.shared_forward`)."""
         self.steps = 0
         """Optimizer steps of the job's first optimizer seen so far."""
+
+    @functools.cached_property
+    def torch_kwargs(self) -> dict[str, Any]:
+        """What the hook passes to ``torch.compile``: with ``verify``, the configured backend
+        wrapped in the graph check (:mod:`.graphcheck`). Built at the first compile: building
+        inductor's backend imports inductor, which a process that never compiles (a data
+        worker, inductor's own helper processes) should not pay for."""
+        return checked_kwargs(self, self.compile_kwargs) if self.verify else self.compile_kwargs
 
     # -- lifetime ---------------------------------------------------------------
 

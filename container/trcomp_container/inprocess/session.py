@@ -39,6 +39,8 @@ _MAX_INTERVALS = 10_000
 _TRACEBACK_LINES = 30
 _COMPILE_ID = re.compile(r"(\d+)/(\d+)")
 _EX_CONFIG = 64  # the entrypoint's exit code for a job it refuses (trcomp_container.failures)
+INDUCTOR_CONFIG = "torch._inductor.config"
+"""Inductor's settings module: the job's inductor options are applied when it is imported."""
 
 _session: Session | None = None
 
@@ -139,6 +141,8 @@ class Session:
         if self.settings.redis is not None:  # inductor's remote caches: on here, nowhere else
             for module in {where for where, _ in torch_compat.REMOTE_CACHE_FLAGS.values()}:
                 callbacks[module] = self._turn_on_remote_caches
+        # After any remote-cache callback for the same module, which it runs first.
+        callbacks[INDUCTOR_CONFIG] = self._after_inductor_config
         finder = AfterImport(callbacks, self._run_import_callback)
         self.ledger.record("sys.meta_path: import finder", finder.install())
         sys.excepthook = self._except_hook
@@ -166,11 +170,6 @@ class Session:
 
         handle = register_optimizer_step_post_hook(_on_optimizer_step)
         self.ledger.record("optimizer step post-hook", handle.remove)
-        options = self.settings.inductor_options
-        if options:
-            from trcomp_container.inprocess.patches import inductor
-
-            self.ledger.record("inductor options", inductor.apply_options(options, self.warn))
         config = self.settings.config()
         if config is not None and config.enabled:
             from trcomp_container.inprocess.switch import Switch
@@ -200,6 +199,18 @@ class Session:
             self._on_compile_start, self._on_compile_end
         )
         self.ledger.record("dynamo: compile callbacks", remove)
+
+    def _after_inductor_config(self, config: ModuleType) -> None:
+        """The job's inductor options, when inductor's config is first imported: a process
+        that never compiles (a data worker, inductor's own helper processes) does not pay
+        for importing inductor."""
+        if self.settings.redis is not None:
+            self._turn_on_remote_caches(config)
+        options = self.settings.inductor_options
+        if options:
+            from trcomp_container.inprocess.patches import inductor
+
+            self.ledger.record("inductor options", inductor.apply_options(options, self.warn))
 
     def _after_codecache(self, codecache: ModuleType) -> None:
         if self.settings.inductor_cache_dir:
