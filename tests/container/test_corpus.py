@@ -49,7 +49,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import corpus_off, jobs
+from tests.helpers import corpus_off, jobs, zygote
 from tests.helpers.records import RANKS, compilations, read_records, records_in_members
 from trcomp import TrainingCompilerConfig
 from trcomp_container.backends import resolve_backend, resolve_engine
@@ -204,8 +204,8 @@ def pattern(script: str) -> str:
     return doc.splitlines()[0].removeprefix("Pattern:").strip()
 
 
-def start(base: Path, script: str, config: TrainingCompilerConfig, cache: Path) -> Any:
-    """Start ``script`` as the container would run it under ``config``, on this CPU host."""
+def environment(base: Path, config: TrainingCompilerConfig, cache: Path) -> dict[str, str]:
+    """The environment the container gives ``script`` under ``config``, on this CPU host."""
     paths = JobPaths.under(base)
     for directory in (paths.model, paths.output_data, paths.code):
         directory.mkdir(parents=True, exist_ok=True)
@@ -226,12 +226,30 @@ def start(base: Path, script: str, config: TrainingCompilerConfig, cache: Path) 
         metrics_dir=paths.output / RANKS,
         scratch_dir=base / "scratch",
     )
+    return env
+
+
+def start(
+    base: Path,
+    script: str,
+    config: TrainingCompilerConfig,
+    cache: Path,
+    fork: zygote.Zygote | None = None,
+) -> Any:
+    """Start ``script`` as the container would run it under ``config``, on this CPU host:
+    forked from ``fork`` when its environment allows (tests/helpers/zygote.py), else a
+    new process (and always one for two ranks: torchrun starts them)."""
+    env = environment(base, config, cache)
     command = [sys.executable, str(CORPUS / script)]
+    child: Any = None
     if TWO_RANKS in (CORPUS / script).read_text():
         command[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    child = subprocess.Popen(
-        command, env=env, cwd=base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    elif fork is not None:
+        child = fork.start(command, env, base, base / "output.log")
+    if child is None:
+        child = subprocess.Popen(
+            command, env=env, cwd=base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
     return child, base, time.monotonic()
 
 
@@ -261,7 +279,24 @@ def inductor_cache(warm_compile_cache: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def corpus_runs(tmp_path_factory: pytest.TempPathFactory, inductor_cache: Path):
+def fork(
+    tmp_path_factory: pytest.TempPathFactory, inductor_cache: Path
+) -> Iterator[zygote.Zygote | None]:
+    """The worker's zygote for the default config's runs (tests/helpers/zygote.py);
+    ``TRCOMP_TEST_ZYGOTE=off``: every run a new process."""
+    if os.environ.get("TRCOMP_TEST_ZYGOTE") == "off":
+        yield None
+        return
+    base = tmp_path_factory.mktemp("zygote")
+    forks = zygote.Zygote(environment(base, DEFAULT, inductor_cache), base / "stderr.log")
+    yield forks
+    forks.close()
+
+
+@pytest.fixture(scope="session")
+def corpus_runs(
+    tmp_path_factory: pytest.TempPathFactory, inductor_cache: Path, fork: zygote.Zygote | None
+):
     """``runs(script, *configs)``: one run per config (default: off, then default), started
     at once; each (script, config) runs once per session. ``off`` is the stored result
     when it still matches (:func:`tests.helpers.corpus_off.usable`), else a live run;
@@ -281,6 +316,7 @@ def corpus_runs(tmp_path_factory: pytest.TempPathFactory, inductor_cache: Path):
                 script,
                 DEFAULT if name == "default" else OFF,
                 inductor_cache,
+                fork,
             )
             for name in wanted
         }

@@ -5,16 +5,16 @@ few test what a cold compile or the job's own cache does. The jobs that only
 need *a* compiled model point ``TORCHINDUCTOR_CACHE_DIR`` at this directory
 (fixture ``warm_compile_cache`` in tests/conftest.py), so each graph is compiled
 once per key and loaded after that, by both pytest-xdist workers and, while the
-key holds, by later runs on the same checkout.
+key holds, by later runs on this machine.
 
 The key (:func:`key`) is what changes compiled output beyond what inductor's own
 cache key already holds (the FX graph, inductor's config, torch's version): the
 torch and Python versions and the text of trcomp's container package and
 runtime, whose start-up hook patches how inductor compiles. A new key gets a
 new, empty directory (older ones of the same torch version are removed). The directory is
-``<root>/<key>``, the root ``build/test-compile-cache`` unless
-``TRCOMP_TEST_COMPILE_CACHE_ROOT`` names another (.ci/run keeps one outside
-the clone, so a run whose key an earlier run on the machine had starts warm);
+``<root>/<key>``, the root :func:`default_root` (outside the checkout: a clean clone
+whose key an earlier run on the machine had starts warm) unless
+``TRCOMP_TEST_COMPILE_CACHE_ROOT`` names another;
 ``TRCOMP_TEST_COMPILE_CACHE=session`` makes a fresh one for the run (deleted
 after it), ``=<dir>`` uses that directory as it is.
 
@@ -33,11 +33,18 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-ROOT = REPO / "build" / "test-compile-cache"
 ENV = "TRCOMP_TEST_COMPILE_CACHE"
 ROOT_ENV = "TRCOMP_TEST_COMPILE_CACHE_ROOT"
 # trcomp code that runs inside a compiling job and can change what it compiles.
 KEYED = [REPO / "container" / "trcomp_container", REPO / "sdk" / "trcomp" / "runtime"]
+
+
+def default_root() -> Path:
+    """``$XDG_CACHE_HOME/trcomp-tests/compile-cache`` (``~/.cache`` without it): outside the
+    checkout, so a new clone of the same code on this machine starts warm, as pip's
+    download cache does for its installs."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base, "trcomp-tests", "compile-cache")
 
 
 def key() -> str:
@@ -66,7 +73,7 @@ def configure() -> Path | None:
         made = Path(tempfile.mkdtemp(prefix="trcomp-compile-cache-"))
         os.environ[ENV] = str(made)
         return made
-    root = Path(os.environ.get(ROOT_ENV) or ROOT)
+    root = Path(os.environ.get(ROOT_ENV) or default_root())
     target = root / key()
     # One directory per torch version: make test-214 may run beside make test (.ci/run).
     prefix = target.name.rsplit("-", 1)[0] + "-"

@@ -58,6 +58,17 @@ class AfterImport(importlib.abc.MetaPathFinder):
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
+    def run_imported(self) -> None:
+        """Run now, in the order given, the callbacks of modules imported before the finder
+        was installed (a ``.pth`` file imports torch before ``sitecustomize``; a process forked
+        from one that had imported it): the callback still sees the module before the
+        script does anything with it."""
+        for name in list(self.callbacks):
+            module = sys.modules.get(name)
+            callback = self.callbacks.pop(name) if module is not None else None
+            if callback is not None and module is not None:
+                self._run(name, callback, module)
+
     def install(self) -> Callable[[], None]:
         """Put the finder first on ``sys.meta_path``; returns its removal."""
         sys.meta_path.insert(0, self)

@@ -128,7 +128,8 @@ class Session:
     # -- start ----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Install the import finder, the exception hook and the exit hook."""
+        """Install the import finder, the exception hook and the exit hook; a module imported
+        before (a ``.pth`` file's import, a forked process) gets its callback now."""
         global _session
         _session = self
         callbacks = {
@@ -141,7 +142,7 @@ class Session:
         if self.settings.redis is not None:  # inductor's remote caches: on here, nowhere else
             for module in {where for where, _ in torch_compat.REMOTE_CACHE_FLAGS.values()}:
                 callbacks[module] = self._turn_on_remote_caches
-        # After any remote-cache callback for the same module, which it runs first.
+        # Inductor's config: the job's options, after the remote-cache flags it holds.
         callbacks[INDUCTOR_CONFIG] = self._after_inductor_config
         finder = AfterImport(callbacks, self._run_import_callback)
         self.ledger.record("sys.meta_path: import finder", finder.install())
@@ -149,6 +150,7 @@ class Session:
         self.ledger.record("sys.excepthook", self._restore_except_hook)
         atexit.register(self.close)
         self.ledger.keep("atexit: the record", "the record is written at exit")
+        finder.run_imported()
 
     def _run_import_callback(
         self, name: str, callback: Callable[[ModuleType], None], module: ModuleType
