@@ -2,7 +2,11 @@
 
 Each script in tests/container/corpus/ is a pattern users write (its docstring
 says which). It runs as a child process, in the environment the
-container builds (``build_environment``, so the real start-up hook), under the
+container builds (``build_environment``, so the real start-up hook): forked from
+the worker's zygote, a process that has already imported torch's compiler stack
+(tests/helpers/zygote.py: the hook then starts as at start-up and runs its import
+callbacks at once), or, for two ranks or an environment the zygote was not started
+with, a new process; under the
 default ``TrainingCompilerConfig()`` resolved for this CPU host (inductor), and
 is held against its run with the compiler off. The off run is plain eager
 PyTorch, so it is stored (tests/container/corpus_off/, made by ``make
