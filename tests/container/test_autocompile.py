@@ -4,14 +4,22 @@ The script (tests/container/scripts/plain_loop.py) imports neither trcomp nor
 calls torch.compile. Every case of what the start-up hook must compile, leave
 alone, or report, runs as its own job; the inductor jobs of this module share
 the session's warm compile cache (tests/helpers/compile_cache.py), so only the
-first compile of each graph with a key is cold.
+first compile of each graph with a key is cold. The eager losses a job is compared
+with come from the same script run in this process (:func:`eager_losses`): a
+compiler-off job runs it unchanged, so a job of its own proved nothing more.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import math
+import sys
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -26,15 +34,17 @@ pytestmark = pytest.mark.slow
 STEPS = 20
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def graph_cache(warm_compile_cache: Path) -> Path:
     """The session's warm cache: no test here tests a cold compile."""
     return warm_compile_cache
 
 
-@pytest.fixture(scope="module")
+# Session-scoped: a module-scoped fixture is set up again on a pytest-xdist worker that ran
+# another module's tests between this module's.
+@pytest.fixture(scope="session")
 def run(tmp_path_factory: pytest.TempPathFactory, graph_cache: Path):
-    """Run the plain loop's ``case`` as a job; each (case, config) once per module."""
+    """Run the plain loop's ``case`` as a job; each (case, config) once per session."""
     done: dict[str, jobs.JobRun] = {}
 
     def run_case(case: str, config: TrainingCompilerConfig | None, **hyperparameters):
@@ -54,11 +64,29 @@ def run(tmp_path_factory: pytest.TempPathFactory, graph_cache: Path):
     return run_case
 
 
-OFF = TrainingCompilerConfig(enabled=False)
-
-
 def losses(job: jobs.JobRun) -> list[float]:
     return json.loads((job.base / "model" / "losses.json").read_text())
+
+
+@functools.cache
+def eager_losses(case: str, layers: int = 1) -> tuple[float, ...]:
+    """The plain loop's losses, eager, run in this process: what a compiler-off job of the
+    same case writes (the script is plain PyTorch; with the compiler off a job runs it
+    unchanged, so a job of its own proved nothing more). Torch's global random state is
+    left as it was."""
+    import torch
+
+    spec = importlib.util.spec_from_file_location(
+        "plain_loop_eager", jobs.SCRIPTS / "plain_loop.py"
+    )
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with tempfile.TemporaryDirectory() as out:
+        argv = ["plain_loop.py", f"--case={case}", f"--steps={STEPS}", f"--layers={layers}"]
+        with torch.random.fork_rng(), mock.patch.object(sys, "argv", [*argv, f"--model-dir={out}"]):
+            script.main()
+        return tuple(json.loads((Path(out) / "losses.json").read_text()))
 
 
 def whole_model(job: jobs.JobRun) -> str:
@@ -69,14 +97,14 @@ def whole_model(job: jobs.JobRun) -> str:
     return f"TinyLM (by trcomp, no code change{how}); 1 graph"
 
 
-def close(a: list[float], b: list[float], tol: float = 1e-4) -> bool:
+def close(a: Sequence[float], b: Sequence[float], tol: float = 1e-4) -> bool:
     return len(a) == len(b) == STEPS and all(
         math.isclose(x, y, abs_tol=tol) for x, y in zip(a, b, strict=True)
     )
 
 
 AUTO = TrainingCompilerConfig(backend="auto")  # inductor on this CPU host (test_backends.py)
-LAYERS = 4  # repeated blocks, which the default still compiles whole
+LAYERS = 2  # repeated blocks, which the default still compiles whole
 
 
 def test_a_plain_loop_is_compiled_whole_with_no_code_change(run):
@@ -93,7 +121,7 @@ def test_a_plain_loop_is_compiled_whole_with_no_code_change(run):
         assert module["aot"]["path"] == "off" and "has no aot_compile" in module["aot"]["reason"]
     assert not [w for w in summary["warnings"] if "nothing was compiled" in w]
     # The eager steps of the measurement leave the losses where eager puts them.
-    assert close(losses(job), losses(run("plain", OFF, layers=LAYERS)))
+    assert close(losses(job), eager_losses("plain", LAYERS))
     # The typed record the hook wrote reads back to the same file (inprocess/test_record.py).
     (path,) = (job.base / "output" / RANKS).glob(rank_record.RECORD_GLOB)
     record = rank_record.read(path)
@@ -102,20 +130,21 @@ def test_a_plain_loop_is_compiled_whole_with_no_code_change(run):
 
 
 def test_a_model_with_repeated_blocks_is_compiled_with_one_region_for_its_blocks(run):
-    # regional=True: four encoder layers, one region traced once, one graph.
+    # regional=True: LAYERS encoder layers, one region traced once, one graph.
     job = run("plain", TrainingCompilerConfig(backend="inductor", regional=True), layers=LAYERS)
     summary = job.summary
     (module,) = summary["ranks"][0]["autocompile"]["modules"]
     assert module["failed"] is None
     if job.summary["versions"]["torch"].startswith("2.9."):
-        assert module["regional"] == "4 x TransformerEncoderLayer"
+        assert module["regional"] == f"{LAYERS} x TransformerEncoderLayer"
         assert summary["compiled"] == (
-            "TinyLM (by trcomp, no code change, regional: 4 x TransformerEncoderLayer); 1 graph"
+            f"TinyLM (by trcomp, no code change, regional: {LAYERS} x TransformerEncoderLayer); "
+            "1 graph"
         )
     else:  # wrong gradients under inductor on torch 2.14 (regions.torch_reason): whole
         assert module["regional"] is None and "wrong gradients" in module["regional_off"]
     assert summary["metrics"]["graphs_compiled"] == 1
-    assert close(losses(job), losses(run("plain", OFF, layers=LAYERS)))
+    assert close(losses(job), eager_losses("plain", LAYERS))
 
 
 def test_every_inductor_job_measures_its_speedup_over_eager(run):
@@ -134,7 +163,7 @@ def test_a_frozen_teacher_in_eval_mode_is_left_eager(run):
     auto = job.summary["ranks"][0]["autocompile"]
     assert [m["module"] for m in auto["modules"]] == ["TinyLM"]  # the student only
     assert auto["skipped"]["TinyLM"] == "eval mode"
-    assert close(losses(job), losses(run("teacher", OFF)))
+    assert close(losses(job), eager_losses("teacher"))
 
 
 def test_a_forward_dynamo_cannot_trace_runs_eager_and_says_why(run):
@@ -153,13 +182,13 @@ def test_a_compilation_that_fails_falls_back_to_eager_with_the_reason(run):
     broken = TrainingCompilerConfig(
         backend="inductor", inductor_options={"cpp.inject_relu_bug_TESTING_ONLY": "compile_error"}
     )
-    job = run("plain", broken, layers=LAYERS)
+    job = run("plain", broken)  # one layer: less to compile before the C++ fails
     (module,) = job.summary["ranks"][0]["autocompile"]["modules"]
     assert module["failed"] and "CppCompileError" in module["failed"]
     assert job.summary["compiled"] == "nothing: TinyLM (failed, ran eager)"
     (warning,) = [w for w in job.summary["warnings"] if "nothing was compiled" in w]
     assert "compiling TinyLM failed" in warning and "fallback='fail'" in warning
-    assert close(losses(job), losses(run("plain", OFF, layers=LAYERS)))
+    assert close(losses(job), eager_losses("plain"))
 
 
 def test_auto_compile_off_compiles_nothing_and_says_so(run):
@@ -174,7 +203,10 @@ def test_auto_compile_off_compiles_nothing_and_says_so(run):
 def test_the_decision_is_stored_and_read_back_by_the_next_job_of_the_lineage(tmp_path, graph_cache):
     config = TrainingCompilerConfig(backend="auto")
     base = tmp_path / "job"
-    hyperparameters = {"case": "plain", "steps": STEPS}
+    # The plain loop of test_a_plain_loop_is_compiled_whole_with_no_code_change: its graphs are
+    # in the warm cache. Its own tree: the decision key holds the script's path (argv), the
+    # same for every job of a lineage on SageMaker (/opt/ml/code), so the next job runs there.
+    hyperparameters = {"case": "plain", "steps": STEPS, "layers": LAYERS}
     env = {"TORCHINDUCTOR_CACHE_DIR": str(graph_cache)}
     first = jobs.run_job(
         base, config=config, entry_point="plain_loop.py", hyperparameters=hyperparameters, env=env

@@ -1,7 +1,8 @@
 """Real training jobs through the real entrypoint, on CPU: eager, inductor and xla.
 
-Runs are shared between assertions (module-scoped fixtures) because each
-compiled run costs tens of seconds on a small CPU machine.
+Runs are shared between assertions (a session-scoped fixture: a module-scoped one was
+set up twice on one pytest-xdist worker when another module's tests ran between
+this module's) because each compiled run costs tens of seconds on a small CPU machine.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.slow
 LOOP_HPS = {"steps": 20}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def loop_runs(tmp_path_factory):
     """The same runtime-helper loop, compiler off, xla (with debug) and inductor."""
     configs = {

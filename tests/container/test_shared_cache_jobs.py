@@ -4,9 +4,15 @@ For S3 through a moto server and a real redis-server with a password and TLS,
 a first job fills the shared cache and a second job, with another job name and
 another checkpoint location, reads it; the shared directory does the same in
 the three-jobs, jax and dynamic-shape jobs. Then: three jobs at once on an empty
-cache, a damaged entry, a bucket of another account, a store that hangs, a
-malformed read limit, the jax engine, and dynamo's profile-guided dynamic
-shapes kept across jobs.
+cache, a damaged entry, a planted Redis value, a bucket of another account, a
+store that hangs, a malformed read limit, the jax engine, and dynamo's
+profile-guided dynamic shapes kept across jobs.
+
+Each job is a cold compile (tens of seconds on a 2-core machine), so a job
+serves every test whose check it can carry (module fixtures :func:`pairs` and
+:func:`at_once`): the S3 pair's first job meets a damaged entry, the keyed Redis
+job reads the plain values the keyless Redis pair left, and the three jobs at
+once run the varying-length loop whose dynamic-shape decisions a fourth reads.
 """
 
 from __future__ import annotations
@@ -88,19 +94,71 @@ def _config(uri: str, **fields) -> TrainingCompilerConfig:
     return TrainingCompilerConfig(backend="inductor", shared_cache=uri, **fields)
 
 
+def _plant_damaged_entry(uri: str, tmp) -> str:
+    """A truncated entry at ``uri`` (S3), by the job's own writer in this process; its name.
+
+    What it holds is not read (it is damaged); jobs writing real entries are the pairs'.
+    """
+    import boto3
+
+    live = tmp / "writer" / "live"
+    (live / "inductor" / "fxgraph").mkdir(parents=True)
+    (live / "inductor" / "fxgraph" / "graph").write_bytes(os.urandom(64 << 10))
+    writer = open_shared_cache(
+        uri,
+        compat=compat_set(engine="inductor", gpu_listing=None),
+        engine="inductor",
+        live=live,
+        environ=dict(os.environ),
+        remote_job=False,
+        timeout_s=TIMEOUT_S,
+        insecure=True,
+    )
+    assert writer.finish(live, succeeded=True)["files_written"] == 1
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    s3 = boto3.client("s3")
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]
+    (key,) = (item["Key"] for item in listed if item["Key"].endswith(".tar.gz"))
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    s3.put_object(Bucket=bucket, Key=key, Body=body[: len(body) // 2])
+    return key.rsplit("/", 1)[-1]
+
+
+@pytest.fixture(scope="module")
+def pairs(services, tmp_path_factory):
+    """``pairs(kind)``: a first job on an empty shared cache of ``kind`` and a second job,
+    with another job name and another checkpoint location (its own tree), once per module.
+
+    The S3 location holds a damaged entry before the first job (:func:`_plant_damaged_entry`):
+    the first job skips it and compiles cold, the second reads the first's entry.
+    """
+    done: dict[str, dict] = {}
+
+    def pair(kind: str) -> dict:
+        if kind not in done:
+            tmp = tmp_path_factory.mktemp(f"pair-{kind}")
+            uri = _uri(kind, services)
+            damaged = _plant_damaged_entry(uri, tmp) if kind == "s3" else None
+            config = _config(uri)
+            env = _env(kind, services)
+            cold = _job(tmp, f"first-{kind}", config, **env)
+            warm = _job(tmp, f"second-{kind}", config, **env)
+            done[kind] = {"cold": cold, "warm": warm, "damaged": damaged, "tmp": tmp}
+        return done[kind]
+
+    return pair
+
+
 # Two stores as whole jobs; what differs for the other two is the store layer, checked
 # in process against the same real store: a directory by
 # test_shared_cache.py::test_an_entry_round_trips_and_only_new_or_changed_files_are_written_again
-# (and as jobs below: four at once, dynamic shapes, jax), plain redis:// by
+# (and as jobs below: three at once with dynamic shapes, jax), plain redis:// by
 # test_shared_cache_stalls.py::test_a_local_jobs_plain_redis_turns_inductors_remote_caches_on.
 @pytest.mark.parametrize("kind", ["s3", "rediss"])
 def test_a_second_job_elsewhere_compiles_nothing_from_the_shared_cache(
-    kind, services, tmp_path, record_property
+    kind, pairs, record_property
 ):
-    config = _config(_uri(kind, services))
-    env = _env(kind, services)
-    cold = _job(tmp_path, f"first-{kind}", config, **env)
-    warm = _job(tmp_path, f"second-{kind}", config, **env)  # its own tree: its own checkpoints
+    cold, warm = pairs(kind)["cold"], pairs(kind)["warm"]
     cold_cache, warm_cache = (run.summary["ranks"][0]["compile_cache"] for run in (cold, warm))
     assert cold_cache["fxgraph_miss"] > 0 and cold_cache["fxgraph_hit"] == 0
     assert warm_cache["fxgraph_hit"] > 0 and warm_cache["fxgraph_miss"] == 0
@@ -110,47 +168,63 @@ def test_a_second_job_elsewhere_compiles_nothing_from_the_shared_cache(
     assert REDIS_PASSWORD not in json.dumps([cold.summary, warm.summary])
     if not kind.startswith("redis"):
         assert cold.summary["shared_cache"]["files_written"] > 0
+        # Only the first job's entry is read: the damaged one is skipped again.
         assert shared["files_read"] == cold.summary["shared_cache"]["files_written"]
         assert shared["bytes_read"] > 0 and shared["files_written"] == 0
+        assert shared["entries_read"] == 1 and shared["entries_skipped"] == 1
     first_steps = {run: r.metrics["first_step_s"] for run, r in (("cold", cold), ("warm", warm))}
     for name, value in first_steps.items():
         record_property(f"{kind}_{name}_first_step_s", value)
     print(f"shared cache {kind}: first step {first_steps}")  # recorded, not asserted
 
 
-def test_a_rewritten_redis_value_is_a_miss_a_keyed_job_counts_in_its_summary(services, tmp_path):
-    """Someone with the Redis password but not the key rewrites every value a keyed job
-    stored: the next keyed job compiles each graph again instead of loading the rewritten
-    value, and its summary counts them (before, the values went to inductor unchecked)."""
+def test_a_damaged_entry_is_skipped_and_the_job_compiles_cold(pairs):
+    # The S3 pair's first job: the location held only a truncated entry.
+    s3 = pairs("s3")
+    run, damaged = s3["cold"], s3["damaged"]
+    assert run.summary["shared_cache"]["entries_skipped"] == 1
+    assert run.summary["shared_cache"]["entries_read"] == 0
+    assert run.summary["cache_warm"] is False
+    assert any(damaged in w and "truncated" in w for w in run.summary["warnings"])
+    assert run.summary["ranks"][0]["compile_cache"]["fxgraph_miss"] > 0
+
+
+def test_a_planted_redis_value_is_a_miss_a_keyed_job_counts_in_its_summary(pairs, services):
+    """Someone with the Redis password but not the key plants values (here the real,
+    loadable compiled graphs a keyless job stored: the rediss pair's): a keyed job compiles
+    each graph again instead of loading them, counts them in its summary, and stores its
+    own values signed (before, the values went to inductor unchecked)."""
     import redis
 
     key = "job-team-key-5e0c7a9d3b1f4e26"
     server = services["rediss"]
     env = {**_env("rediss", services), "TRCOMP_SHARED_CACHE_KEY": key}
+    rediss = pairs("rediss")
+    tmp = rediss["tmp"]
     client = redis.Redis.from_url(
         server.url, password=server.password, ssl_ca_certs=server.ca_certs
     )
-    client.flushall()  # the other Redis jobs' values are not this test's
     try:
-        cold = _job(tmp_path, "keyed-first", _config(server.url), **env)
-        names = list(client.scan_iter("pt2:*"))
-        assert names and all(client.get(name).startswith(b"trcomp-redis-value/2") for name in names)
-        for name in names:
-            client.set(name, b'{"attacker": true}')
+        planted = {name: client.get(name) for name in client.scan_iter("pt2:*")}
+        assert planted and not any(v.startswith(b"trcomp-redis-value/") for v in planted.values())
         # With debug=True: torch writes its repro scripts and trace logs into the job's output.
-        warm = _job(tmp_path, "keyed-second", _config(server.url, debug=True), **env)
+        keyed = _job(tmp, "keyed", _config(server.url, debug=True), **env)
+        after = {name: client.get(name) for name in client.scan_iter("pt2:*")}
+        # Every value it stored (new, or over a planted one) it stored signed.
+        stored = [value for name, value in after.items() if planted.get(name) != value]
+        assert stored and all(value.startswith(b"trcomp-redis-value/2") for value in stored)
     finally:
-        client.flushall()
+        client.flushall()  # the next Redis job starts empty
         client.close()
-    assert cold.summary["shared_cache"]["signed"] is True
-    assert cold.summary["ranks"][0]["compile_cache"]["redis_values_refused"] == 0
-    cache = warm.summary["ranks"][0]["compile_cache"]
+    assert keyed.summary["shared_cache"]["signed"] is True
+    cache = keyed.summary["ranks"][0]["compile_cache"]
     assert cache["redis_values_refused"] > 0 and cache["fxgraph_hit"] == 0, cache
-    warned = [w for w in warm.summary["warnings"] if "no valid signature" in w]
+    warned = [w for w in keyed.summary["warnings"] if "no valid signature" in w]
     assert len(warned) == 1 and warned[0].startswith(f"{cache['redis_values_refused']} value")
-    assert key not in json.dumps([cold.summary, warm.summary]) + cold.output + warm.output
-    # No file either job left holds the key or the Redis password (debug dumps included).
-    files = [path for path in tmp_path.rglob("*") if path.is_file()]
+    assert key not in json.dumps(keyed.summary) + keyed.output
+    # No file the three Redis jobs left holds the key or the Redis password (debug dumps
+    # included).
+    files = [path for path in tmp.rglob("*") if path.is_file()]
     assert any(path.name == "fx_graph_runnable.py" for path in files), "no debug dumps"
     secrets = [key.encode(), server.password.encode()]
     holding = [path for path in files if any(secret in path.read_bytes() for secret in secrets)]
@@ -158,55 +232,41 @@ def test_a_rewritten_redis_value_is_a_miss_a_keyed_job_counts_in_its_summary(ser
     print(f"refused: {cache}")  # recorded in the commit
 
 
-def test_three_jobs_at_once_on_an_empty_shared_cache_all_succeed(services, tmp_path):
-    uri = f"file://{tmp_path / 'empty-shared'}"
+@pytest.fixture(scope="module")
+def at_once(tmp_path_factory):
+    """Three jobs of the varying-length loop at once on an empty shared directory, then
+    a fourth job reading what they wrote."""
+    tmp = tmp_path_factory.mktemp("at-once")
+    uri = f"file://{tmp / 'empty-shared'}"
     config = _config(uri)
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
-        runs = list(pool.map(lambda i: _job(tmp_path, f"at-once-{i}", config), range(3)))
-    facts = [run.summary["shared_cache"] for run in runs]
+        runs = list(
+            pool.map(lambda i: _job(tmp, f"at-once-{i}", config, entry_point="varlen.py"), range(3))
+        )
+    # What the three wrote, read before the fourth job adds to it.
+    reader = open_shared_cache(
+        uri,
+        compat=compat_set(engine="inductor", gpu_listing=None),
+        engine="inductor",
+        live=tmp / "reader" / "live",
+        environ={},
+        remote_job=False,
+        timeout_s=TIMEOUT_S,
+    )
+    after = _job(tmp, "after", config, entry_point="varlen.py")
+    return {"runs": runs, "reader": reader.facts, "after": after}
+
+
+def test_three_jobs_at_once_on_an_empty_shared_cache_all_succeed(at_once):
+    facts = [run.summary["shared_cache"] for run in at_once["runs"]]
     # A job that started after another had written may find its entry and add nothing.
     assert all(f["files_written"] > 0 or f["files_read"] > 0 for f in facts), facts
     written = [f for f in facts if f.get("entry_written")]
     assert written and not any(f.get("write_budget_hit") for f in facts)
     # Every entry they wrote is whole: a reader takes them all, skips none.
-    reader = open_shared_cache(
-        uri,
-        compat=compat_set(engine="inductor", gpu_listing=None),
-        engine="inductor",
-        live=tmp_path / "reader" / "live",
-        environ={},
-        remote_job=False,
-        timeout_s=TIMEOUT_S,
-    )
-    assert reader.facts["entries_found"] == len(written)
-    assert reader.facts["entries_read"] == len(written) and reader.facts["entries_skipped"] == 0
-
-
-def test_a_damaged_entry_is_skipped_and_the_job_compiles_cold(services, tmp_path):
-    uri = f"file://{tmp_path / 'damaged'}"
-    config = _config(uri)
-    # The entry is written by the job's own writer, in this process: what it holds is not
-    # read (it is damaged), and jobs writing real entries are the tests above.
-    live = tmp_path / "writer" / "live"
-    (live / "inductor" / "fxgraph").mkdir(parents=True)
-    (live / "inductor" / "fxgraph" / "graph").write_bytes(os.urandom(64 << 10))
-    writer = open_shared_cache(
-        uri,
-        compat=compat_set(engine="inductor", gpu_listing=None),
-        engine="inductor",
-        live=live,
-        environ={},
-        remote_job=False,
-        timeout_s=TIMEOUT_S,
-    )
-    assert writer.finish(live, succeeded=True)["files_written"] == 1
-    (entry,) = (p for p in (tmp_path / "damaged").rglob("*.tar.gz"))
-    entry.write_bytes(entry.read_bytes()[: entry.stat().st_size // 2])
-    run = _job(tmp_path, "reader", config)
-    assert run.summary["shared_cache"]["entries_skipped"] == 1
-    assert run.summary["cache_warm"] is False
-    assert any(entry.name in w and "truncated" in w for w in run.summary["warnings"])
-    assert run.summary["ranks"][0]["compile_cache"]["fxgraph_miss"] > 0
+    reader = at_once["reader"]
+    assert reader["entries_found"] == len(written)
+    assert reader["entries_read"] == len(written) and reader["entries_skipped"] == 0
 
 
 def test_a_bucket_of_another_account_fails_the_job_before_the_script_runs(services, tmp_path):
@@ -279,12 +339,13 @@ def test_a_second_job_of_a_varying_length_loop_recompiles_less(tmp_path):
     assert list((tmp_path / "pgo-second" / "checkpoints").rglob("dynamo/code_state_trcomp-*"))
 
 
-def test_dynamic_shape_decisions_travel_through_the_shared_cache(tmp_path):
-    """The PGO state under the shared location's job id: another checkpoint location, same gain."""
-    uri = f"file://{tmp_path / 'shared-pgo'}"
-    config = _config(uri)
-    first = _job(tmp_path, "pgo-shared-first", config, entry_point="varlen.py")
-    second = _job(tmp_path, "pgo-shared-second", config, entry_point="varlen.py")
-    assert first.metrics["recompiles"] >= 1
-    assert second.metrics["recompiles"] < first.metrics["recompiles"]
+def test_dynamic_shape_decisions_travel_through_the_shared_cache(at_once):
+    """The PGO state under the shared location's job id: another checkpoint location, same gain.
+
+    The first jobs are the three at once (those that read nothing compiled cold)."""
+    cold = [r for r in at_once["runs"] if r.summary["shared_cache"]["entries_read"] == 0]
+    assert cold  # the first to start found the directory empty
+    assert all(first.metrics["recompiles"] >= 1 for first in cold)
+    second = at_once["after"]
+    assert second.metrics["recompiles"] < min(first.metrics["recompiles"] for first in cold)
     assert second.summary["shared_cache"]["warm"] is True
