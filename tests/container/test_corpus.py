@@ -422,6 +422,11 @@ def untruths(script: str, report: dict[str, Any], record: dict[str, Any]) -> lis
     flags = [[f for f in step if f is not None] for step in report["compiled"]]
     ran_any = any(any(step) for step in flags)
     last = next((step for step in reversed(flags) if step), None)
+    # A job that ends inside a measurement's eager window (a noisy first round, measured
+    # again with longer windows: a busy machine) ran its last step eager on purpose; the
+    # record lists its last step (``steps``, the hook's count) among the eager steps.
+    eager_steps = (record.get("speedup") or {}).get("eager_steps") or []
+    measuring = bool(record.get("steps")) and record["steps"] in eager_steps
     if says and compilations(record) == 0:
         problems.append(f"lists {says} as compiled but counted no compilation")
     if last is not None:
@@ -429,7 +434,7 @@ def untruths(script: str, report: dict[str, Any], record: dict[str, Any]) -> lis
             problems.append("says it kept eager, but the last step ran compiled code")
         if any(last) and not says:
             problems.append("the last step ran compiled code, but the record lists nothing")
-        if not any(last) and says and keep != "eager":
+        if not any(last) and says and keep != "eager" and not measuring:
             problems.append(
                 f"lists {says} as compiled (kept {keep or 'compiled'}), but the last step ran eager"
             )

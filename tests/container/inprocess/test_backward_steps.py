@@ -43,10 +43,7 @@ def session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     settings = Settings.from_env({"TRCOMP_METRICS_DIR": str(tmp_path), "TRCOMP_CONFIG": config})
     torch._dynamo.reset()
     made = Session(settings)
-    made.start()
-    # torch and dynamo are imported already: what the import finder would call.
-    made._after_torch(torch)
-    made._after_dynamo(torch._dynamo)
+    made.start()  # torch and dynamo are imported already: start() runs their callbacks
     yield made
     made.close()
     torch.compiler.set_stance("default")
