@@ -72,8 +72,10 @@ class Check:
 def _env(args: argparse.Namespace, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
     env.update(USE_TORCH_XLA="0", PYTHONUNBUFFERED="1", **extra)
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(args.scratch / "inductor")
-    env["TRITON_CACHE_DIR"] = str(args.scratch / "triton")
+    # --compile-cache: a kept cache (the tests' warm one); else empty ones in this run's scratch.
+    kept = args.compile_cache
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(kept or args.scratch / "inductor")
+    env["TRITON_CACHE_DIR"] = str(kept / "triton" if kept else args.scratch / "triton")
     return env
 
 
@@ -333,6 +335,14 @@ def main(argv: list[str] | None = None) -> int:
         parser, out="gpu-check", out_help="directory for gpu-check.json/.md", budget_s=BUDGET_S
     )
     parser.add_argument("--only", default="", help="comma-separated check names")
+    parser.add_argument(
+        "--compile-cache",
+        type=Path,
+        metavar="DIR",
+        help="inductor's (and triton's) cache dir for the checks' compiles, kept as it is "
+        "(default: an empty one per run, so every first step is a cold compile); the probe "
+        "without a C compiler always gets an empty one",
+    )
     args = parser.parse_args(argv)
     run_on_torch(
         args.torch_version, "trcomp_bench.gpu_check", sys.argv[1:] if argv is None else argv

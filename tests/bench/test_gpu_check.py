@@ -82,12 +82,17 @@ def test_a_run_over_its_cap_is_stopped() -> None:
 
 
 @pytest.mark.slow
-def test_gpu_check_dry_run_passes_on_cpu(tmp_path: Path) -> None:
+def test_gpu_check_dry_run_passes_on_cpu(
+    tmp_path: Path, trusted_isa: None, warm_compile_cache: Path
+) -> None:
+    """Every check passes; none is about a cold compile (the probe without a C compiler
+    keeps its own empty cache), so the compiles go to the tests' warm cache."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRCOMP_", "MAKE"))}
     env["OMP_NUM_THREADS"] = "1"  # one intra-op thread per child: see conftest.ONE_THREAD
+    args = f"--dry-run --steps 3 --compile-cache {warm_compile_cache}"
     proc = subprocess.run(
         ["make", "-s", "gpu-check", f"GPU_PY={sys.executable}",
-         f"GPU_CHECK_OUT={tmp_path}", "GPU_CHECK_ARGS=--dry-run --steps 3"],
+         f"GPU_CHECK_OUT={tmp_path}", f"GPU_CHECK_ARGS={args}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,8 +14,25 @@ from tests.helpers.records import compilations, records_in_members
 DEMO = Path(__file__).resolve().parents[2] / "docs" / "examples" / "demo.py"
 
 
+# inductor rebuilds its vector-ISA checks in every compiling process (the job's
+# entrypoint and its training script here), each in a Python that imports torch: seconds
+# of CPU. The job takes the CPU's word for them with this (the kernels are the same; see
+# tests/bench/conftest.TRUSTED_ISA). A process-mode job does not inherit TORCHINDUCTOR_*
+# from this process, so it goes in through the estimator's environment=.
+TRUSTED_ISA = {"TORCHINDUCTOR_VEC_ISA_OK": "1"}
+
+
 @pytest.mark.slow
-def test_demo_trains_with_the_compiler_and_reports(tmp_path: Path, capsys) -> None:
+def test_demo_trains_with_the_compiler_and_reports(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import trcomp
+
+    class PyTorch(trcomp.PyTorch):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, environment=TRUSTED_ISA, **kwargs)
+
+    monkeypatch.setattr(trcomp, "PyTorch", PyTorch)  # demo.main imports it when it runs
     spec = importlib.util.spec_from_file_location("trcomp_demo", DEMO)
     assert spec and spec.loader
     demo = importlib.util.module_from_spec(spec)
