@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
 # tests/helpers/cxx/g++: inductor's CPU kernel builds, cached across the session's jobs.
 CXX_WRAPPERS = Path(__file__).resolve().parent / "helpers" / "cxx"
 CXX_CACHE_ENV = "CXX_CACHE_DIR_FOR_TESTS"
+CXX_LOG_ENV = "CXX_CACHE_LOG_FOR_TESTS"
+CXX_KEEP_S = 14 * 24 * 3600  # builds unused this long are removed at a session's start
 _CXX_CACHE = pytest.StashKey[Path]()
 _COMPILE_CACHE = pytest.StashKey[Path]()
 
@@ -30,7 +33,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
     Each test job compiles with its own empty compile cache, so inductor builds
     the same kernels again and again; the wrapper runs the real g++ once per
-    distinct build in the session (see its docstring for what a build's key holds).
+    distinct build (see its docstring for what a build's key holds), kept outside the
+    clone for later sessions (``~/.cache/trcomp-tests/cxx``, builds unused for two weeks
+    removed).
     ``TRCOMP_TEST_CXX_CACHE=off`` builds everything for real. xdist workers inherit
     the controller's setting. Durations: tests/helpers/durations.py.
     """
@@ -42,10 +47,27 @@ def pytest_configure(config: pytest.Config) -> None:
         vec_isa.probe(compile_cache.directory())
     if os.environ.get("TRCOMP_TEST_CXX_CACHE") == "off" or CXX_CACHE_ENV in os.environ:
         return
-    cache = Path(tempfile.mkdtemp(prefix="trcomp-cxx-cache-"))
-    config.stash[_CXX_CACHE] = cache
+    cache = compile_cache.default_root().parent / "cxx"
+    cache.mkdir(parents=True, exist_ok=True)
+    prune(cache, CXX_KEEP_S)
+    session = Path(tempfile.mkdtemp(prefix="trcomp-cxx-log-"))  # this session's count
+    config.stash[_CXX_CACHE] = session
     os.environ[CXX_CACHE_ENV] = str(cache)
+    os.environ[CXX_LOG_ENV] = str(session / "builds.log")
     os.environ["PATH"] = f"{CXX_WRAPPERS}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def prune(cache: Path, keep_s: float) -> None:
+    """Remove the builds no session has used for ``keep_s`` seconds (a hit touches its
+    ``.seconds`` file; a build and its ``.seconds`` share a name)."""
+    cutoff = time.time() - keep_s
+    for seconds in cache.glob("*.seconds"):
+        try:
+            if seconds.stat().st_mtime < cutoff:
+                for build in cache.glob(seconds.stem + ".*"):
+                    build.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
