@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
+from tests.helpers import vec_isa
 
 # Variables that would point a measurement at the wrong compiler or cache.
 _COMPILER_VARS = (
@@ -25,20 +26,13 @@ _COMPILER_VARS = (
 ONE_THREAD = ("OMP_NUM_THREADS", "1")
 
 
-# inductor checks in every process that compiles on CPU that each vector ISA the CPU
-# reports (avx512, avx2) builds and loads, by starting a Python that imports torch per
-# ISA: about 2.5 s of CPU in every compiling child here, warm cache or not. With this
-# it takes the CPU's word for them (the avx512-bf16 check still runs), so it generates
-# the same kernels. Given to the children of the slowest tests (fixture trusted_isa);
-# a value already set in the shell is kept.
-TRUSTED_ISA = ("TORCHINDUCTOR_VEC_ISA_OK", "1")
-
-
 @pytest.fixture
 def trusted_isa(monkeypatch: pytest.MonkeyPatch) -> None:
-    """TRUSTED_ISA in this process's environment (which the children inherit)."""
-    if TRUSTED_ISA[0] not in os.environ:
-        monkeypatch.setenv(*TRUSTED_ISA)
+    """The session's one check of inductor's CPU vector ISAs in this process's environment
+    (which the children inherit), when it holds (tests/helpers/vec_isa.py): each child
+    that compiles would start a Python that imports torch per ISA to check it."""
+    for name, value in vec_isa.environment().items():
+        monkeypatch.setenv(name, value)
 
 
 @pytest.fixture

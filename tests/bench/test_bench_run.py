@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import vec_isa
 from trcomp_bench import cli, gpu_h200, launch
 from trcomp_bench.backends import backend_env
 from trcomp_bench.harness import RunFailed, run_measurement
@@ -24,8 +25,6 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).resolve().parent
 # One intra-op thread in the children these tests start: see conftest.ONE_THREAD.
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
-# No per-process rebuild of inductor's vector-ISA checks: see conftest.TRUSTED_ISA.
-TRUSTED_ISA = {"TORCHINDUCTOR_VEC_ISA_OK": "1"}
 
 
 def test_measure_in_process_eager(clean_env: pytest.MonkeyPatch) -> None:
@@ -172,7 +171,7 @@ def gpu_script_gpt2(
          "--out", str(out)],
         capture_output=True, text=True, timeout=1500,
         env={"PATH": "/usr/bin:/bin", "USE_TORCH_XLA": "0",
-             "PYTHONPATH": f"{sdk}:{container}", **ONE_THREAD, **TRUSTED_ISA,
+             "PYTHONPATH": f"{sdk}:{container}", **ONE_THREAD, **vec_isa.environment(),
              "TORCHINDUCTOR_CACHE_DIR": str(warm_compile_cache)},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -11,13 +11,12 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import vec_isa
 from trcomp_bench import warmstart_run
 from trcomp_bench.warmstart_run import WarmOptions, has_aot
 from trcomp_bench.warmstart_table import fold
 
 LOSSES = [2.0, 1.5, 1.0]
-# No per-process rebuild of inductor's vector-ISA checks: see conftest.TRUSTED_ISA.
-TRUSTED_ISA = {"TORCHINDUCTOR_VEC_ISA_OK": "1"}
 
 
 def test_has_aot_from_2_14_on() -> None:
@@ -120,8 +119,8 @@ def test_a_tiny_real_run_on_this_torch(tmp_path: Path, clean_env: pytest.MonkeyP
     def worker(python: str, spec: Any, env: Mapping[str, str]) -> dict[str, Any]:
         # The real worker, with one variable the run's job environment leaves out
         # (TORCHINDUCTOR_*): inductor's per-process ISA checks cost each compiling run
-        # seconds of CPU here and are not what this test is about (conftest.TRUSTED_ISA).
-        return run_measurement(spec, {**env, **TRUSTED_ISA}, python=python)
+        # seconds of CPU here and are not what this test is about (tests/helpers/vec_isa.py).
+        return run_measurement(spec, {**env, **vec_isa.environment()}, python=python)
 
     version = ".".join(importlib.metadata.version("torch").split(".")[:2])
     options = WarmOptions(versions=(version,), workloads=("mlp",), steps=3, warmup=1, rounds=1)

@@ -9,17 +9,16 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import vec_isa
 from tests.helpers.records import compilations, records_in_members
 
 DEMO = Path(__file__).resolve().parents[2] / "docs" / "examples" / "demo.py"
 
 
-# inductor rebuilds its vector-ISA checks in every compiling process (the job's
-# entrypoint and its training script here), each in a Python that imports torch: seconds
-# of CPU. The job takes the CPU's word for them with this (the kernels are the same; see
-# tests/bench/conftest.TRUSTED_ISA). A process-mode job does not inherit TORCHINDUCTOR_*
-# from this process, so it goes in through the estimator's environment=.
-TRUSTED_ISA = {"TORCHINDUCTOR_VEC_ISA_OK": "1"}
+# inductor checks the CPU's vector ISAs in every compiling process, each in a Python that
+# imports torch: seconds of CPU. The session checked them once (tests/helpers/vec_isa.py);
+# a process-mode job does not inherit TORCHINDUCTOR_* from this process, so its result
+# goes in through the estimator's environment=.
 
 
 @pytest.mark.slow
@@ -30,7 +29,7 @@ def test_demo_trains_with_the_compiler_and_reports(
 
     class PyTorch(trcomp.PyTorch):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, environment=TRUSTED_ISA, **kwargs)
+            super().__init__(*args, environment=vec_isa.environment(), **kwargs)
 
     monkeypatch.setattr(trcomp, "PyTorch", PyTorch)  # demo.main imports it when it runs
     spec = importlib.util.spec_from_file_location("trcomp_demo", DEMO)
