@@ -123,6 +123,12 @@ class Zygote:
         )
         self._runs: dict[int, Run] = {}
         self._next = 0
+        self._pending = b""  # read from the zygote's stdout, not yet a whole line
+
+    @property
+    def pid(self) -> int:
+        """The zygote process's id."""
+        return self._process.pid
 
     def start(self, argv: list[str], env: Mapping[str, str], cwd: Path, log: Path) -> Run | None:
         """Fork ``argv`` (``[python, script, args...]``); None when it must run for real."""
@@ -139,20 +145,28 @@ class Zygote:
 
     def wait(self, run: Run, timeout: float | None) -> None:
         """Read the zygote's answers until ``run`` has exited (``TimeoutExpired`` after
-        ``timeout`` seconds)."""
+        ``timeout`` seconds). Answers are read from the raw pipe: a buffered reader could
+        hold a second answer where the next ``select`` would not see it."""
         deadline = None if timeout is None else time.monotonic() + timeout
         assert self._process.stdout is not None
+        fd = self._process.stdout.fileno()
         while run.returncode is None:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired(run.log.name, timeout or 0)
-            with selectors.DefaultSelector() as selector:
-                selector.register(self._process.stdout, selectors.EVENT_READ)
-                if not selector.select(left):
-                    continue
-            line = self._process.stdout.readline()
-            if not line:
-                raise RuntimeError(f"the zygote exited ({self._process.wait()}): see its stderr")
+            if b"\n" not in self._pending:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise subprocess.TimeoutExpired(run.log.name, timeout or 0)
+                with selectors.DefaultSelector() as selector:
+                    selector.register(fd, selectors.EVENT_READ)
+                    if not selector.select(left):
+                        continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    raise RuntimeError(
+                        f"the zygote exited ({self._process.wait()}): see its stderr"
+                    )
+                self._pending += chunk
+                continue
+            line, self._pending = self._pending.split(b"\n", 1)
             answer = json.loads(line)
             target = self._runs[answer["id"]]
             if "pid" in answer:
