@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
 CXX_WRAPPERS = Path(__file__).resolve().parent / "helpers" / "cxx"
 CXX_CACHE_ENV = "CXX_CACHE_DIR_FOR_TESTS"
 CXX_LOG_ENV = "CXX_CACHE_LOG_FOR_TESTS"
+CXX_PYTHON_ENV = "CXX_WRAPPER_PYTHON_FOR_TESTS"  # the interpreter that runs the wrapper
 CXX_KEEP_S = 14 * 24 * 3600  # builds unused this long are removed at a session's start
 _CXX_CACHE = pytest.StashKey[Path]()
 _COMPILE_CACHE = pytest.StashKey[Path]()
@@ -54,6 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_CXX_CACHE] = session
     os.environ[CXX_CACHE_ENV] = str(cache)
     os.environ[CXX_LOG_ENV] = str(session / "builds.log")
+    os.environ[CXX_PYTHON_ENV] = getattr(sys, "_base_executable", sys.executable)
     os.environ["PATH"] = f"{CXX_WRAPPERS}{os.pathsep}{os.environ.get('PATH', '')}"
 
 

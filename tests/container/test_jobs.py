@@ -12,7 +12,7 @@ from importlib.util import find_spec
 
 import pytest
 
-from tests.helpers import jobs
+from tests.helpers import jobs, once
 from tests.helpers.engines import needs_torch_xla
 from tests.helpers.records import compilations, read_records
 from trcomp.config import TrainingCompilerConfig
@@ -26,7 +26,8 @@ LOOP_HPS = {"steps": 20}
 
 @pytest.fixture(scope="session")
 def loop_runs(tmp_path_factory):
-    """The same runtime-helper loop, compiler off, xla (with debug) and inductor."""
+    """The same runtime-helper loop, compiler off, xla (with debug) and inductor: once per
+    test run (tests/helpers/once.py), whichever workers run this module's tests."""
     configs = {
         "eager": TrainingCompilerConfig(enabled=False),
         "xla": TrainingCompilerConfig(backend="xla", debug=True),
@@ -34,15 +35,19 @@ def loop_runs(tmp_path_factory):
     }
     if find_spec("torch_xla") is None:  # a torch newer than 2.9: the xla tests skip
         del configs["xla"]
-    return {
-        name: jobs.run_job(
-            tmp_path_factory.mktemp(name),
-            config=config,
-            entry_point="loop.py",
-            hyperparameters=LOOP_HPS,
-        )
-        for name, config in configs.items()
-    }
+    return once.job_runs(
+        tmp_path_factory,
+        "test_jobs-loop_runs",
+        lambda: {
+            name: jobs.run_job(
+                tmp_path_factory.mktemp(name),
+                config=config,
+                entry_point="loop.py",
+                hyperparameters=LOOP_HPS,
+            )
+            for name, config in configs.items()
+        },
+    )
 
 
 def test_every_backend_trains_to_the_same_loss_and_saves(loop_runs):
