@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import compile_cache, durations, vec_isa
+from tests.helpers import compile_cache, durations, forkserver, vec_isa
 
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
 
@@ -25,6 +25,7 @@ CXX_PYTHON_ENV = "CXX_WRAPPER_PYTHON_FOR_TESTS"  # the interpreter that runs the
 CXX_KEEP_S = 14 * 24 * 3600  # builds unused this long are removed at a session's start
 _CXX_CACHE = pytest.StashKey[Path]()
 _COMPILE_CACHE = pytest.StashKey[Path]()
+_FORKSERVER = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -47,6 +48,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_COMPILE_CACHE] = made
     if not os.environ.get("PYTEST_XDIST_WORKER"):  # workers inherit the controller's
         vec_isa.probe(compile_cache.directory())
+        if os.environ.get("TRCOMP_TEST_FORKSERVER") != "off":
+            # A short path: it holds Unix sockets (tests/helpers/forkserver.py).
+            forks = Path(tempfile.mkdtemp(prefix="trcomp-fs-"))
+            config.stash[_FORKSERVER] = forks
+            os.environ[forkserver.DIR_ENV] = str(forks)
     if os.environ.get("TRCOMP_TEST_CXX_CACHE") == "off" or CXX_CACHE_ENV in os.environ:
         return
     cache = compile_cache.default_root().parent / "cxx"
@@ -74,6 +80,13 @@ def prune(cache: Path, keep_s: float) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    forks = config.stash.get(_FORKSERVER, None)
+    if forks is not None and forks.exists():
+        zygotes, forked, alone = forkserver.counts(forks)
+        terminalreporter.write_line(
+            f"Job training scripts (tests/helpers/forkserver.py): {forked} forked from "
+            f"{zygotes} zygotes, {alone} run as their own process"
+        )
     cache = config.stash.get(_CXX_CACHE, None)
     log = cache / "builds.log" if cache is not None else None
     if log is None or not log.exists():
@@ -88,7 +101,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    for key in (_CXX_CACHE, _COMPILE_CACHE):
+    for key in (_CXX_CACHE, _COMPILE_CACHE, _FORKSERVER):  # the zygotes see theirs go
         cache = config.stash.get(key, None)
         if cache is not None:
             shutil.rmtree(cache, ignore_errors=True)

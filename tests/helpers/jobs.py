@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tests.helpers import vec_isa
+from tests.helpers import forkserver, vec_isa
 from trcomp.local.tree import lay_out_tree
 
 if TYPE_CHECKING:
@@ -114,11 +114,15 @@ def lay_out(
 
 
 def run_train(base: Path, *, env: Mapping[str, str] | None = None, timeout: float = 420) -> JobRun:
-    """Run ``train`` on the tree at ``base`` and wait for it."""
+    """Run ``train`` on the tree at ``base`` and wait for it. Its training script is forked
+    from a process that has imported torch when it can (tests/helpers/forkserver.py)."""
     started = time.monotonic()
+    full = job_env(base, env)
+    if full.get(forkserver.DIR_ENV):
+        full.update(forkserver.environment(Path(full[forkserver.DIR_ENV])))
     done = subprocess.run(
         train_command(),
-        env=job_env(base, env),
+        env=full,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -48,7 +48,7 @@ PRELOAD = (
 )
 # Variables read while those modules are imported, or by the interpreter at its start:
 # a run must have the zygote's values (or lack them, as it does).
-_IMPORT_TIME = (
+IMPORT_TIME = (
     "TORCH",
     "PYTORCH",
     "TRITON",
@@ -72,16 +72,18 @@ _IMPORT_TIME = (
 
 # Rebuilt for each child (PYTHONPATH), or read only when used (Triton reads its cache dir
 # when it keeps a kernel): these may differ.
-_PER_RUN = frozenset({"PYTHONPATH", "TRITON_CACHE_DIR"})
+PER_RUN = frozenset({"PYTHONPATH", "TRITON_CACHE_DIR"})
 
 
-def differs(zygote_env: Mapping[str, str], env: Mapping[str, str]) -> list[str]:
+def differs(
+    zygote_env: Mapping[str, str], env: Mapping[str, str], per_run: frozenset[str] = PER_RUN
+) -> list[str]:
     """Variables read at import time whose values differ between the two environments."""
-    names = {*zygote_env, *env} - _PER_RUN
+    names = {*zygote_env, *env} - per_run
     return sorted(
         name
         for name in names
-        if name.startswith(_IMPORT_TIME) and zygote_env.get(name) != env.get(name)
+        if name.startswith(IMPORT_TIME) and zygote_env.get(name) != env.get(name)
     )
 
 
@@ -114,7 +116,7 @@ class Zygote:
         self._stderr = stderr.open("w")
         self._process = subprocess.Popen(
             [sys.executable, "-m", "tests.helpers.zygote"],
-            env={**zygote_env, "PYTHONPATH": _pythonpath(env)},
+            env={**zygote_env, "PYTHONPATH": pythonpath(env)},
             cwd=Path(__file__).resolve().parents[2],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -185,7 +187,7 @@ class Zygote:
         self._stderr.close()
 
 
-def _pythonpath(env: Mapping[str, str]) -> str:
+def pythonpath(env: Mapping[str, str]) -> str:
     """The zygote's ``PYTHONPATH``: the run's, less trcomp's hook (off in the zygote)."""
     return os.pathsep.join(
         entry
@@ -197,17 +199,19 @@ def _pythonpath(env: Mapping[str, str]) -> str:
 # -- the zygote process ------------------------------------------------------------------
 
 
-def _child(request: dict[str, Any], base_path: list[str]) -> None:
-    """In the forked child: become the script's process, start the hook, run the script."""
+def _child(request: dict[str, Any], base_path: list[str], fds: list[int] | None = None) -> None:
+    """In the forked child: become the script's process, start the hook, run the script.
+    Its stdin, stdout and stderr: ``fds`` (a caller's own, tests/helpers/forkserver.py),
+    else nothing, and the request's log file."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(null)
-    os.close(log)
+    if fds is None:
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fds = [os.open(os.devnull, os.O_RDONLY), log, log]
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    for fd in set(fds) - {0, 1, 2}:
+        os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])

@@ -1,0 +1,363 @@
+"""Start the test jobs' training scripts as forks of a process that has imported torch.
+
+Every process-mode job of the tests (tests/helpers/jobs.py) imports torch, dynamo and
+inductor again in its training script: most of a small job's time on a 2-core
+machine. With the tests' job environment, the entrypoint's ``sys.executable`` is
+tests/helpers/shim/python (``PYTHONEXECUTABLE``, a link to it in the interpreter's
+directory: :func:`installed_shim`), so the command it launches for a
+single-process Python script is ``shim script.py args``. The shim asks the zygote for
+the script's import-time environment (:func:`signature`: the variables read while
+torch's compiler stack is imported, tests/helpers/zygote.py) over a Unix socket in
+``$FORKSERVER_DIR_FOR_TESTS``, passing its own stdin, stdout and stderr. The zygote
+forks; the child takes those descriptors, the environment (less the two variables
+above), the working directory and the arguments, starts trcomp's hook as
+``sitecustomize`` would and runs the script as ``__main__``. The shim relays the
+signals it gets to the child and exits as the child did (killed by the same signal,
+or with the same code); if the shim dies, the zygote kills the child.
+
+Anything else (``-m``, ``-c``, torchrun's workers, a signature without a zygote yet)
+runs in the real interpreter, as it would without the shim; a signature's first run
+also starts its zygote, in the background, for the next ones. A zygote exits when
+the session's directory is gone or after :data:`IDLE_S` idle seconds.
+``TRCOMP_TEST_FORKSERVER=off``: no shim, every script a new process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import zygote
+
+SHIM = Path(__file__).resolve().parent / "shim" / "python"
+DIR_ENV = "FORKSERVER_DIR_FOR_TESTS"
+PYTHON_ENV = "FORKSERVER_PYTHON_FOR_TESTS"  # the interpreter the shim stands for
+SHIM_ENV = ("PYTHONEXECUTABLE", DIR_ENV, PYTHON_ENV)  # the script never sees these
+IDLE_S = 600
+# Besides the corpus zygote's (zygote.PER_RUN): read when used (each job has its own cache),
+# or refreshed in the child (:func:`_refresh_job_id`; each job's PGO key is its own).
+JOB_ID_ENV = ("TORCH_COMPILE_JOB_ID", "TORCH_COMPILE_STICKY_PGO_KEY")
+PER_RUN = zygote.PER_RUN | {"TORCHINDUCTOR_CACHE_DIR", *JOB_ID_ENV}
+MAX_ZYGOTES = 6  # each holds torch's compiler stack in memory (about 0.5 GB)
+
+
+def environment(directory: Path) -> dict[str, str]:
+    """What a job's environment adds for the shim (tests/helpers/jobs.py job_env)."""
+    return {
+        "PYTHONEXECUTABLE": str(installed_shim()),
+        DIR_ENV: str(directory),
+        PYTHON_ENV: sys.executable,
+    }
+
+
+def installed_shim() -> Path:
+    """The shim as a link next to this interpreter: Python finds its virtual environment
+    (``pyvenv.cfg``) from the directory of ``sys.executable``, here the shim's."""
+    link = Path(sys.executable).parent / "python-forkserver-shim"
+    if not (link.is_symlink() and link.resolve() == SHIM):
+        staging = link.with_name(f"{link.name}.{os.getpid()}")
+        staging.unlink(missing_ok=True)
+        staging.symlink_to(SHIM)
+        staging.replace(link)
+    return link
+
+
+def signature(python: str, env: Mapping[str, str]) -> str:
+    """Which zygote can fork a script run by ``python`` with ``env``: a hash of the
+    interpreter and of the variables read while the zygote imports."""
+    body = json.dumps([python, sorted(_read_at_import(env).items())])
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def _read_at_import(env: Mapping[str, str]) -> dict[str, str]:
+    return {
+        name: value
+        for name, value in env.items()
+        if name.startswith(zygote.IMPORT_TIME) and name not in PER_RUN and name not in SHIM_ENV
+    }
+
+
+# -- the zygote side ---------------------------------------------------------------------
+
+
+def serve(path: Path) -> int:
+    """Import torch's compiler stack, then fork a child for each request on ``path``."""
+    for name in zygote.PRELOAD:
+        __import__(name)
+    zygote._warm()
+    own = {p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    base_path = [p for p in sys.path[1:] if p not in own]
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    staging = path.with_suffix(".new")
+    staging.unlink(missing_ok=True)
+    listener.bind(str(staging))
+    listener.listen(16)
+    staging.rename(path)  # the shims connect only once the zygote is ready
+    running: dict[int, socket.socket] = {}  # child pid -> its shim's connection
+    idle_since = time.monotonic()
+    with selectors.DefaultSelector() as selector:
+        selector.register(listener, selectors.EVENT_READ)
+        selector.register(wake_r, selectors.EVENT_READ)
+        while True:
+            for key, _ in selector.select(timeout=2):
+                if key.fileobj == wake_r:
+                    os.read(wake_r, 4096)
+                elif key.fileobj is listener:
+                    conn, _ = listener.accept()
+                    held = [listener, selector, *running.values()]
+                    pid = _fork(conn, base_path, functools.partial(_close, held, wake_r, wake_w))
+                    if pid == 0:
+                        return 0  # the child's script has run: its exit is the interpreter's
+                    if pid > 0:
+                        running[pid] = conn
+                        selector.register(conn, selectors.EVENT_READ, pid)
+                else:  # a shim closed its end: it is gone, so is its script
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(key.data, signal.SIGKILL)
+                    selector.unregister(key.fileobj)
+            while running:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+                conn = running.pop(pid)
+                with contextlib.suppress(KeyError, ValueError):
+                    selector.unregister(conn)
+                code = os.waitstatus_to_exitcode(status)
+                with contextlib.suppress(OSError):
+                    conn.sendall(json.dumps({"returncode": code}).encode() + b"\n")
+                conn.close()
+                idle_since = time.monotonic()
+            if not path.exists() or (not running and time.monotonic() - idle_since > IDLE_S):
+                for pid in running:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                path.unlink(missing_ok=True)
+                return 0
+
+
+def _job_id_value(env: Mapping[str, str]) -> object:
+    """``torch.compiler.config``'s ``job_id`` entry's environment value for ``env``, as
+    torch reads it (the first of :data:`JOB_ID_ENV` set; "1" and "0" are booleans)."""
+    from torch.utils import _config_module
+
+    for name in JOB_ID_ENV:
+        if name in env:
+            return {"1": True, "0": False}.get(env[name], env[name])
+    return _config_module._UNSET_SENTINEL
+
+
+def _job_id_refreshable() -> bool:
+    """Whether this torch's ``job_id`` entry holds what :func:`_job_id_value` says of the
+    zygote's own environment (else a run with other values is refused)."""
+    from torch.compiler import config
+
+    entry = getattr(config, "_config", {}).get("job_id")
+    if entry is None:
+        return False
+    expected = _job_id_value(os.environ)
+    return entry.env_value_default is expected or entry.env_value_default == expected
+
+
+def _refresh_job_id(env: Mapping[str, str]) -> None:
+    """Give ``torch.compiler.config.job_id`` the run's value: torch reads its variables
+    (:data:`JOB_ID_ENV`) when the config module is imported, in the zygote."""
+    from torch.compiler import config
+
+    config._config["job_id"].env_value_default = _job_id_value(env)  # type: ignore[attr-defined]
+
+
+def _close(held: list[Any], *fds: int) -> None:
+    """In a child: close what the zygote holds (its socket, selector, other shims' ends)."""
+    for thing in held:
+        thing.close()
+    for fd in fds:
+        os.close(fd)
+
+
+def _fork(conn: socket.socket, base_path: list[str], in_child: Callable[[], None]) -> int:
+    """Read one request with its descriptors from ``conn`` and fork its child: the pid
+    (0 in the child, after its script ran), or -1 when the request was refused."""
+    fds: list[int] = []
+    try:
+        message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+        while message and not message.endswith(b"\n"):  # the rest of a long request
+            chunk = conn.recv(1 << 20)
+            if not chunk:
+                break
+            message += chunk
+        request = json.loads(message)
+    except (OSError, ValueError):
+        request = None
+    per_run = PER_RUN if _job_id_refreshable() else PER_RUN - set(JOB_ID_ENV)
+    if (
+        request is None
+        or len(fds) != 3
+        or zygote.differs(dict(os.environ), request["env"], per_run)
+    ):
+        for fd in fds:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            conn.sendall(b'{"refused": true}\n')
+        conn.close()
+        return -1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        in_child()
+        conn.close()
+        _refresh_job_id(request["env"])
+        zygote._child(request, base_path, fds)
+        return 0
+    for fd in fds:
+        os.close(fd)
+    conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+    print(f"forked {pid} {request['argv'][0]}", file=sys.stderr, flush=True)  # counted
+    return pid
+
+
+def counts(directory: Path) -> tuple[int, int, int]:
+    """(zygotes started, scripts forked, scripts run alone) in a session's directory."""
+    logs = [path.read_text(errors="replace") for path in directory.glob("*.log")]
+    forked = sum(line.startswith("forked ") for log in logs for line in log.splitlines())
+    alone = directory / "alone.txt"
+    ran_alone = len(alone.read_text().splitlines()) if alone.exists() else 0
+    return len(list(directory.glob("*.started"))), forked, ran_alone
+
+
+# -- the shim side -----------------------------------------------------------------------
+
+_RELAYED = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+
+
+def shim(argv: list[str]) -> None:
+    """tests/helpers/shim/python: run ``python argv...`` forked from a zygote when it is a
+    script the zygote can run, else in the real interpreter. Does not return."""
+    python = os.environ.get(PYTHON_ENV) or sys.executable
+    directory = os.environ.get(DIR_ENV, "")
+    env = {k: v for k, v in os.environ.items() if k not in SHIM_ENV}
+    script = argv[0] if argv else ""
+    if directory and script.endswith(".py") and not script.startswith("-"):
+        code = _forked(python, Path(directory), argv, env)
+        if code is not None:
+            _exit_as(code)
+        with contextlib.suppress(OSError), open(Path(directory, "alone.txt"), "a") as alone:
+            alone.write(f"{script}\n")  # counted (:func:`counts`)
+    os.execve(python, [python, *argv], env)
+
+
+def _forked(python: str, directory: Path, argv: list[str], env: dict[str, str]) -> int | None:
+    """The script's exit (as ``subprocess`` reports it), or None when no zygote ran it.
+    A signal that comes before the child is known is relayed once it is (or, when no
+    zygote runs the script, ends this process as it would have)."""
+    child: list[int] = []
+    pending: list[int] = []
+
+    def relay(signum: int, _frame: object) -> None:
+        if not child:
+            pending.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child[0], signum)
+
+    for signum in _RELAYED:
+        signal.signal(signum, relay)
+    key = signature(python, env)
+    path = directory / f"{key}.sock"
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    answer: dict[str, int] = {}
+    try:
+        conn.connect(str(path))
+        request = {"argv": argv, "env": env, "cwd": os.getcwd()}
+        socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
+        reader = conn.makefile("rb")
+        answer = json.loads(reader.readline() or b"{}")
+    except (OSError, ValueError):
+        if not path.exists():
+            _start(python, directory, key, env)
+    if "pid" not in answer:
+        conn.close()
+        for relayed in _RELAYED:
+            signal.signal(relayed, signal.SIG_DFL)
+        for early in pending:
+            _exit_as(-early)
+        return None
+    child.append(answer["pid"])
+    for early in pending:
+        relay(early, None)
+    line = reader.readline()
+    if not line:
+        print(f"[forkserver] the zygote ended before the script (pid {child[0]})", file=sys.stderr)
+        return 1
+    return int(json.loads(line)["returncode"])
+
+
+def _exit_as(code: int) -> None:
+    """Exit as the child did: by the same signal, or with the same code."""
+    if code < 0:
+        with contextlib.suppress(OSError):  # SIGKILL and SIGSTOP have no handler
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        time.sleep(5)
+        code = 128 - code
+    os._exit(code)
+
+
+def _start(python: str, directory: Path, key: str, env: Mapping[str, str]) -> None:
+    """Start the zygote for ``key`` in the background (once, and at most
+    :data:`MAX_ZYGOTES` in the session)."""
+    if len(list(directory.glob("*.started"))) >= MAX_ZYGOTES:
+        return
+    try:
+        os.close(os.open(directory / f"{key}.started", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    repo = Path(__file__).resolve().parents[2]
+    variables = directory / f"{key}.env.json"  # what the zygote's runs share
+    variables.write_text(json.dumps(_read_at_import(env), indent=1, sort_keys=True))
+    # Started from a short-lived child, so that the script this process becomes (its
+    # first run is not forked) does not have the zygote as its own child.
+    middle = os.fork()
+    if middle:
+        os.waitpid(middle, 0)
+        return
+    try:
+        with open(directory / f"{key}.log", "ab") as log:
+            subprocess.Popen(
+                [python, "-m", "tests.helpers.forkserver", str(directory / f"{key}.sock")],
+                cwd=repo,
+                env={**env, "PYTHONPATH": zygote.pythonpath(env)},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,
+            )
+    finally:
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(serve(Path(sys.argv[1])))
