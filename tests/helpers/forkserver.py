@@ -349,7 +349,12 @@ def _start(python: str, directory: Path, key: str, env: Mapping[str, str]) -> No
             subprocess.Popen(
                 [python, "-m", "tests.helpers.forkserver", str(directory / f"{key}.sock")],
                 cwd=repo,
-                env={**env, "PYTHONPATH": zygote.pythonpath(env)},
+                env={
+                    **env,
+                    "PYTHONPATH": zygote.pythonpath(env),
+                    # Its own (the ISA check builds there), not the first job's live cache.
+                    "TORCHINDUCTOR_CACHE_DIR": str(directory / f"{key}.inductor"),
+                },
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,
