@@ -50,7 +50,7 @@ IDLE_S = 600
 # or refreshed in the child (:func:`_refresh_job_id`; each job's PGO key is its own).
 JOB_ID_ENV = ("TORCH_COMPILE_JOB_ID", "TORCH_COMPILE_STICKY_PGO_KEY")
 PER_RUN = zygote.PER_RUN | {"TORCHINDUCTOR_CACHE_DIR", *JOB_ID_ENV}
-MAX_ZYGOTES = 6  # each holds torch's compiler stack in memory (about 0.5 GB)
+MAX_ZYGOTES = 6  # each holds torch's compiler stack in memory (0.7-0.8 GB seen)
 
 
 def environment(directory: Path) -> dict[str, str]:
