@@ -81,8 +81,10 @@ def prune(cache: Path, keep_s: float) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     forks = config.stash.get(_FORKSERVER, None)
+    zygotes, forked, alone = (0, 0, 0)
     if forks is not None and forks.exists():
         zygotes, forked, alone = forkserver.counts(forks)
+    if zygotes + forked + alone:  # a run with no process-mode job says nothing
         terminalreporter.write_line(
             f"Job training scripts (tests/helpers/forkserver.py): {forked} forked from "
             f"{zygotes} zygotes, {alone} run as their own process"
