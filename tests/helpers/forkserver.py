@@ -94,15 +94,7 @@ def _read_at_import(env: Mapping[str, str]) -> dict[str, str]:
 
 def serve(path: Path) -> int:
     """Import torch's compiler stack, then fork a child for each request on ``path``."""
-    for name in zygote.PRELOAD:
-        __import__(name)
-    zygote._warm()
-    own = {p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
-    base_path = [p for p in sys.path[1:] if p not in own]
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
+    base_path, wake_r, wake_w = zygote.prepare()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     staging = path.with_suffix(".new")
     staging.unlink(missing_ok=True)

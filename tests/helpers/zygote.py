@@ -239,17 +239,25 @@ def _warm() -> None:
     codecache.CacheBase.get_system()
 
 
-def _zygote() -> int:
+def prepare() -> tuple[list[str], int, int]:
+    """A zygote's start (this one's and tests/helpers/forkserver.py's): import
+    :data:`PRELOAD` and warm inductor, then wake the zygote's ``select`` on SIGCHLD.
+    Returns the ``sys.path`` a child builds on (less the zygote's own ``PYTHONPATH``
+    entries and working directory) and the wake-up pipe's two ends."""
     for name in PRELOAD:
         __import__(name)
     _warm()
-    # sys.path less the zygote's own PYTHONPATH entries and working directory.
     own = {p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
     base_path = [p for p in sys.path[1:] if p not in own]
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
+    return base_path, wake_r, wake_w
+
+
+def _zygote() -> int:
+    base_path, wake_r, wake_w = prepare()
     running: dict[int, int] = {}
     out: IO[str] = sys.stdout
     pending = b""
