@@ -95,6 +95,8 @@ def _read_at_import(env: Mapping[str, str]) -> dict[str, str]:
 def serve(path: Path) -> int:
     """Import torch's compiler stack, then fork a child for each request on ``path``."""
     base_path, wake_r, wake_w = zygote.prepare()
+    # Where torch's job_id entry cannot be refreshed, a run must have the zygote's job id.
+    per_run = PER_RUN if _job_id_refreshable() else PER_RUN - set(JOB_ID_ENV)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     staging = path.with_suffix(".new")
     staging.unlink(missing_ok=True)
@@ -113,7 +115,8 @@ def serve(path: Path) -> int:
                 elif key.fileobj is listener:
                     conn, _ = listener.accept()
                     held = [listener, selector, *running.values()]
-                    pid = _fork(conn, base_path, functools.partial(_close, held, wake_r, wake_w))
+                    in_child = functools.partial(_close, held, wake_r, wake_w)
+                    pid = _fork(conn, base_path, per_run, in_child)
                     if pid == 0:
                         return 0  # the child's script has run: its exit is the interpreter's
                     if pid > 0:
@@ -182,7 +185,12 @@ def _close(held: list[Any], *fds: int) -> None:
         os.close(fd)
 
 
-def _fork(conn: socket.socket, base_path: list[str], in_child: Callable[[], None]) -> int:
+def _fork(
+    conn: socket.socket,
+    base_path: list[str],
+    per_run: frozenset[str],
+    in_child: Callable[[], None],
+) -> int:
     """Read one request with its descriptors from ``conn`` and fork its child: the pid
     (0 in the child, after its script ran), or -1 when the request was refused."""
     fds: list[int] = []
@@ -196,7 +204,6 @@ def _fork(conn: socket.socket, base_path: list[str], in_child: Callable[[], None
         request = json.loads(message)
     except (OSError, ValueError):
         request = None
-    per_run = PER_RUN if _job_id_refreshable() else PER_RUN - set(JOB_ID_ENV)
     if (
         request is None
         or len(fds) != 3
