@@ -34,6 +34,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -94,7 +95,14 @@ def _read_at_import(env: Mapping[str, str]) -> dict[str, str]:
 
 def serve(path: Path) -> int:
     """Import torch's compiler stack, then fork a child for each request on ``path``."""
+    # Importing can wait on a lock in the session's directory: if the session ends (the
+    # directory goes) meanwhile, end rather than wait out torch's lock timeout.
+    starting = threading.Event()
+    watch = threading.Thread(target=_end_if_gone, args=(path.parent, starting), daemon=True)
+    watch.start()
     base_path, wake_r, wake_w = zygote.prepare()
+    starting.set()
+    watch.join()  # no thread left when the zygote forks
     # Where torch's job_id entry cannot be refreshed, a run must have the zygote's job id.
     per_run = PER_RUN if _job_id_refreshable() else PER_RUN - set(JOB_ID_ENV)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -144,6 +152,13 @@ def serve(path: Path) -> int:
                         os.kill(pid, signal.SIGKILL)
                 path.unlink(missing_ok=True)
                 return 0
+
+
+def _end_if_gone(directory: Path, started: threading.Event) -> None:
+    """Until ``started`` is set: end the process once ``directory`` is gone."""
+    while not started.wait(1):
+        if not directory.exists():
+            os._exit(0)
 
 
 def _job_id_value(env: Mapping[str, str]) -> object:
