@@ -1,6 +1,7 @@
-"""The test jobs' fork server (tests/helpers/forkserver.py): a script the shim starts runs
-forked from a zygote exactly as it would as its own process (arguments, environment,
-working directory, standard streams, exit, signals), or runs as its own process."""
+"""The test jobs' fork server (tests/helpers/forkserver.py): a script, module or ``-c``
+code the shim starts runs forked from a zygote exactly as it would as its own process
+(arguments, ``sys.path``, environment, working directory, standard streams, exit,
+signals), or runs as its own process."""
 
 from __future__ import annotations
 
@@ -26,8 +27,12 @@ import torch
 import torch.compiler.config as compiler_config
 print(json.dumps({
     "argv": sys.argv[1:],
+    "argv0": sys.argv[0],
+    "path0": sys.path[0],
+    "main": [__name__, globals().get("__file__")],
     "cwd": os.getcwd(),
     "mine": os.environ.get("MINE"),
+    "logs": os.environ.get("TORCH_LOGS"),
     "shim_vars": sorted(set(os.environ) & {"PYTHONEXECUTABLE", "FORKSERVER_DIR_FOR_TESTS",
                                             "FORKSERVER_PYTHON_FOR_TESTS"}),
     "job_id": compiler_config.job_id,
@@ -51,20 +56,16 @@ time.sleep(300)
 def served(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Path, dict[str, str], tuple[dict, str, int]]]:
-    """A fork-server directory, a job-like environment for the shim, the report of a run
-    that started the zygote (itself not forked), and that zygote up."""
+    """A fork-server directory, a job-like environment for the shim, and the report of a
+    first run, which started the zygote and waited for it."""
     directory = Path(tempfile.mkdtemp(prefix="trcomp-fs-test-"))
     base = {k: v for k, v in os.environ.items() if not k.startswith(("TRCOMP_", "PYTHON"))}
     env = {**base, **forkserver.environment(directory), "TORCH_COMPILE_JOB_ID": "job-a"}
     code = tmp_path_factory.mktemp("code")
     (code / "report.py").write_text(REPORT)
     (code / "waits.py").write_text(WAITS)
-    alone = report(code, env, MINE="x")
-    deadline = time.monotonic() + 180
-    while not list(directory.glob("*.sock")):
-        assert time.monotonic() < deadline, "no zygote came up"
-        time.sleep(0.2)
-    yield code, env, alone
+    first = report(code, env, MINE="x")
+    yield code, env, first
     shutil.rmtree(directory, ignore_errors=True)  # its zygotes end within seconds
 
 
@@ -72,17 +73,22 @@ def shim(env: dict[str, str], script: Path, *args: str) -> list[str]:
     return [env["PYTHONEXECUTABLE"], str(script), *args]
 
 
-def report(code: Path, env: dict[str, str], **more: str) -> tuple[dict, str, int]:
+def run(command: list[str], code: Path, env: dict[str, str], **more: str) -> tuple[dict, str, int]:
     done = subprocess.run(
-        shim(env, code / "report.py", "--steps", "2"),
-        env={**env, **more},
-        cwd=code,
-        capture_output=True,
-        text=True,
-        timeout=180,
+        command, env={**env, **more}, cwd=code, capture_output=True, text=True, timeout=180
     )
     assert done.stdout, done.stderr
     return json.loads(done.stdout.splitlines()[-1]), done.stderr, done.returncode
+
+
+def report(code: Path, env: dict[str, str], **more: str) -> tuple[dict, str, int]:
+    return run(shim(env, code / "report.py", "--steps", "2"), code, env, **more)
+
+
+def alone(argv: list[str], code: Path, env: dict[str, str], **more: str) -> tuple[dict, str, int]:
+    """``argv`` in the real interpreter, as its own process (what the shim stands for)."""
+    plain = {k: v for k, v in env.items() if k not in forkserver.SHIM_ENV}
+    return run([env[forkserver.PYTHON_ENV], *argv], code, plain, **more)
 
 
 def start_waiting(code: Path, env: dict[str, str], pid_file: Path) -> tuple[subprocess.Popen, int]:
@@ -99,22 +105,62 @@ def start_waiting(code: Path, env: dict[str, str], pid_file: Path) -> tuple[subp
 
 
 def test_a_script_runs_forked_as_it_runs_alone(served) -> None:
-    code, env, (alone, alone_err, alone_code) = served
+    code, env, (first, first_err, first_code) = served
     forked, forked_err, forked_code = report(code, env, MINE="x", TORCH_COMPILE_JOB_ID="job-b")
-    assert alone["preloaded"] is False and forked["preloaded"] is True
-    assert alone_code == forked_code == 3
-    assert alone_err.strip() == forked_err.strip() == "to stderr"
-    for seen in (alone, forked):
-        assert seen["argv"] == ["--steps", "2"] and seen["cwd"] == str(code)
-        assert seen["mine"] == "x" and seen["shim_vars"] == []
-    # torch read job_id when the zygote imported it (job-a); the fork has its own.
-    assert (alone["job_id"], forked["job_id"]) == ("job-a", "job-b")
+    own, own_err, own_code = alone([str(code / "report.py"), "--steps", "2"], code, env, MINE="x")
+    assert first["preloaded"] and forked["preloaded"] and not own["preloaded"]
+    assert first_code == forked_code == own_code == 3
+    assert first_err.strip() == forked_err.strip() == own_err.strip() == "to stderr"
+    for seen in (first, forked):
+        assert {k: v for k, v in seen.items() if k not in ("preloaded", "job_id")} == {
+            k: v for k, v in own.items() if k not in ("preloaded", "job_id")
+        }
+    assert own["argv"] == ["--steps", "2"] and own["cwd"] == str(code) and own["mine"] == "x"
+    assert own["shim_vars"] == [] and own["main"] == ["__main__", str(code / "report.py")]
+    # torch read job_id when the zygote imported it (job-a); each fork has its own.
+    assert (first["job_id"], forked["job_id"], own["job_id"]) == ("job-a", "job-b", "job-a")
 
 
-def test_a_script_with_other_import_time_variables_runs_alone(served) -> None:
+def test_a_module_and_c_code_run_forked_as_they_run_alone(served) -> None:
+    code, env, _ = served
+    shim_python = env["PYTHONEXECUTABLE"]
+    for argv in (["-m", "report", "--steps", "2"], ["-c", REPORT, "--steps", "2"]):
+        forked, forked_err, forked_code = run([shim_python, *argv], code, env)
+        own, own_err, own_code = alone(argv, code, env)
+        assert forked.pop("preloaded") and not own.pop("preloaded")
+        assert (forked, forked_err, forked_code) == (own, own_err, own_code)
+    assert own["argv0"] == "-c" and own["path0"] == "" and own["main"] == ["__main__", None]
+
+
+def test_other_import_time_variables_get_their_own_zygote_and_xla_ones_do_not(served) -> None:
     code, env, _ = served
     seen, _, returncode = report(code, env, TORCH_LOGS="-all")
-    assert returncode == 3 and seen["preloaded"] is False
+    assert returncode == 3 and seen["preloaded"] and seen["logs"] == "-all"
+    directory = Path(env[forkserver.DIR_ENV])
+    assert len(list(directory.glob("*.sock"))) == 2
+    # What only torch-xla, JAX or transformers read (imported in the fork) may differ.
+    seen, _, returncode = report(code, env, XLA_FLAGS="--xla_dump_to=x", PJRT_DEVICE="CPU")
+    assert returncode == 3 and seen["preloaded"]
+    assert len(list(directory.glob("*.sock"))) == 2
+
+
+def test_a_zygote_that_cannot_start_leaves_the_script_to_run_alone(tmp_path: Path) -> None:
+    directory = Path(tempfile.mkdtemp(prefix="trcomp-fs-test-"))
+    broken = tmp_path / "broken"
+    (broken / "torch").mkdir(parents=True)
+    (broken / "torch" / "__init__.py").write_text("raise ImportError('no torch here')\n")
+    (tmp_path / "hello.py").write_text("print('hello')\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TRCOMP_", "PYTHON"))}
+    env = {**base, **forkserver.environment(directory), "PYTHONPATH": str(broken)}
+    try:
+        done = subprocess.run(
+            shim(env, tmp_path / "hello.py"), env=env, capture_output=True, text=True, timeout=150
+        )
+        assert (done.returncode, done.stdout) == (0, "hello\n"), done.stderr
+        assert forkserver.counts(directory) == (1, 0, 1)
+        assert "no torch here" in next(directory.glob("*.log")).read_text()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_signals_reach_the_forked_script_and_the_shim_ends_as_it_did(

@@ -4,21 +4,24 @@ Every process-mode job of the tests (tests/helpers/jobs.py) imports torch, dynam
 inductor again in its training script: most of a small job's time on a 2-core
 machine. With the tests' job environment, the entrypoint's ``sys.executable`` is
 tests/helpers/shim/python (``PYTHONEXECUTABLE``, a link to it in the interpreter's
-directory: :func:`installed_shim`), so the command it launches for a
-single-process Python script is ``shim script.py args``. The shim asks the zygote for
-the script's import-time environment (:func:`signature`: the variables read while
-torch's compiler stack is imported, tests/helpers/zygote.py) over a Unix socket in
-``$FORKSERVER_DIR_FOR_TESTS``, passing its own stdin, stdout and stderr. The zygote
-forks; the child takes those descriptors, the environment (less the two variables
-above), the working directory and the arguments, starts trcomp's hook as
-``sitecustomize`` would and runs the script as ``__main__``. The shim relays the
-signals it gets to the child and exits as the child did (killed by the same signal,
-or with the same code); if the shim dies, the zygote kills the child.
+directory: :func:`installed_shim`), so what it launches in Python (the training
+script, its ``-m trcomp_container.probe`` and ``-c`` checks) is ``shim argv...``. The
+shim asks the zygote for the run's import-time environment (:func:`signature`: the
+variables read while torch's compiler stack is imported, tests/helpers/zygote.py)
+over a Unix socket in ``$FORKSERVER_DIR_FOR_TESTS``, passing its own stdin, stdout and
+stderr. The zygote forks; the child takes those descriptors, the environment (less
+the two variables above), the working directory and the arguments, starts trcomp's
+hook as ``sitecustomize`` would and runs the script, module or code as ``__main__``.
+The shim relays the signals it gets to the child and exits as the child did (killed
+by the same signal, or with the same code); if the shim dies, the zygote kills the
+child.
 
-Anything else (``-m``, ``-c``, torchrun's workers, a signature without a zygote yet)
-runs in the real interpreter, as it would without the shim; a signature's first run
-also starts its zygote, in the background, for the next ones. A zygote exits when
-the session's directory is gone or after :data:`IDLE_S` idle seconds.
+A signature's first run starts its zygote and waits for it (it would import the same
+modules itself). Anything else runs in the real interpreter, as it would without the
+shim: an interpreter option (torchrun's ``-u`` workers), ``-m torch.distributed.run``,
+a session that has :data:`MAX_ZYGOTES` already, a zygote that failed to start. A
+zygote exits when the session's directory is gone or after :data:`IDLE_S` idle
+seconds.
 ``TRCOMP_TEST_FORKSERVER=off``: no shim, every script a new process.
 """
 
@@ -51,7 +54,13 @@ IDLE_S = 600
 # or refreshed in the child (:func:`_refresh_job_id`; each job's PGO key is its own).
 JOB_ID_ENV = ("TORCH_COMPILE_JOB_ID", "TORCH_COMPILE_STICKY_PGO_KEY")
 PER_RUN = zygote.PER_RUN | {"TORCHINDUCTOR_CACHE_DIR", *JOB_ID_ENV}
+# Read only by what the zygote does not import (torch-xla, JAX, transformers), which a
+# run imports in its fork, with its own environment: each XLA job has its own
+# XLA_PERSISTENT_CACHE_PATH, and would otherwise need a zygote of its own.
+READ_LATER = ("XLA", "PJRT", "USE_TORCH_XLA", "JAX", "HF_", "TRANSFORMERS")
 MAX_ZYGOTES = 6  # each holds torch's compiler stack in memory (0.7-0.8 GB seen)
+START_WAIT_S = 120  # the longest a run waits for its zygote to import
+NOT_FORKED_MODULES = frozenset({"torch.distributed.run"})
 
 
 def environment(directory: Path) -> dict[str, str]:
@@ -82,11 +91,14 @@ def signature(python: str, env: Mapping[str, str]) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-def _read_at_import(env: Mapping[str, str]) -> dict[str, str]:
+def _read_at_import(env: Mapping[str, str], per_run: frozenset[str] = PER_RUN) -> dict[str, str]:
     return {
         name: value
         for name, value in env.items()
-        if name.startswith(zygote.IMPORT_TIME) and name not in PER_RUN and name not in SHIM_ENV
+        if name.startswith(zygote.IMPORT_TIME)
+        and not name.startswith(READ_LATER)
+        and name not in per_run
+        and name not in SHIM_ENV
     }
 
 
@@ -134,14 +146,10 @@ def serve(path: Path) -> int:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(key.data, signal.SIGKILL)
                     selector.unregister(key.fileobj)
-            while running:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-                if pid == 0:
-                    break
+            for pid, code in zygote.exited(running):
                 conn = running.pop(pid)
                 with contextlib.suppress(KeyError, ValueError):
                     selector.unregister(conn)
-                code = os.waitstatus_to_exitcode(status)
                 with contextlib.suppress(OSError):
                     conn.sendall(json.dumps({"returncode": code}).encode() + b"\n")
                 conn.close()
@@ -222,7 +230,7 @@ def _fork(
     if (
         request is None
         or len(fds) != 3
-        or zygote.differs(dict(os.environ), request["env"], per_run)
+        or _read_at_import(os.environ, per_run) != _read_at_import(request["env"], per_run)
     ):
         for fd in fds:
             os.close(fd)
@@ -273,14 +281,24 @@ def shim(argv: list[str]) -> None:
     python = os.environ.get(PYTHON_ENV) or sys.executable
     directory = os.environ.get(DIR_ENV, "")
     env = {k: v for k, v in os.environ.items() if k not in SHIM_ENV}
-    script = argv[0] if argv else ""
-    if directory and script.endswith(".py") and not script.startswith("-"):
+    if directory and forkable(argv):
         code = _forked(python, Path(directory), argv, env)
         if code is not None:
             _exit_as(code)
         with contextlib.suppress(OSError), open(Path(directory, "alone.txt"), "a") as alone:
-            alone.write(f"{script}\n")  # counted (:func:`counts`)
+            alone.write(f"{' '.join(argv[:2])[:200]!r}\n")  # counted (:func:`counts`)
     os.execve(python, [python, *argv], env)
+
+
+def forkable(argv: list[str]) -> bool:
+    """Whether the shim asks a zygote to run ``python argv...``: a script, ``-m module``
+    (not torchrun's launcher: its workers and signals are what its tests check) or
+    ``-c code``, with no interpreter option before it."""
+    if len(argv) >= 2 and argv[0] == "-m":
+        return argv[1] not in NOT_FORKED_MODULES
+    if len(argv) >= 2 and argv[0] == "-c":
+        return True
+    return bool(argv) and argv[0].endswith(".py") and not argv[0].startswith("-")
 
 
 def _forked(python: str, directory: Path, argv: list[str], env: dict[str, str]) -> int | None:
@@ -301,19 +319,18 @@ def _forked(python: str, directory: Path, argv: list[str], env: dict[str, str]) 
         signal.signal(signum, relay)
     key = signature(python, env)
     path = directory / f"{key}.sock"
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     answer: dict[str, int] = {}
-    try:
-        conn.connect(str(path))
-        request = {"argv": argv, "env": env, "cwd": os.getcwd()}
-        socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
-        reader = conn.makefile("rb")
-        answer = json.loads(reader.readline() or b"{}")
-    except (OSError, ValueError):
-        if not path.exists():
-            _start(python, directory, key, env)
+    if path.exists() or _awaited(python, directory, key, env, pending):
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(str(path))
+            request = {"argv": argv, "env": env, "cwd": os.getcwd()}
+            socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [0, 1, 2])
+            reader = conn.makefile("rb")
+            answer = json.loads(reader.readline() or b"{}")
+        except (OSError, ValueError):
+            pass
     if "pid" not in answer:
-        conn.close()
         for relayed in _RELAYED:
             signal.signal(relayed, signal.SIG_DFL)
         for early in pending:
@@ -324,7 +341,13 @@ def _forked(python: str, directory: Path, argv: list[str], env: dict[str, str]) 
         relay(early, None)
     line = reader.readline()
     if not line:
-        print(f"[forkserver] the zygote ended before the script (pid {child[0]})", file=sys.stderr)
+        log = directory / f"{key}.log"
+        tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        print(
+            f"[forkserver] the zygote ended before the script (pid {child[0]}); "
+            f"the end of its log ({log}):\n{tail}",
+            file=sys.stderr,
+        )
         return 1
     return int(json.loads(line)["returncode"])
 
@@ -340,9 +363,40 @@ def _exit_as(code: int) -> None:
     os._exit(code)
 
 
+def _awaited(
+    python: str, directory: Path, key: str, env: Mapping[str, str], signalled: list[int]
+) -> bool:
+    """Whether the zygote for ``key`` is up, once this run has started it or waited for
+    it: the run would import the same modules itself, so waiting costs it nothing. False
+    (the run goes alone) when the session has its :data:`MAX_ZYGOTES`, when the zygote
+    ended or took over :data:`START_WAIT_S`, or when a signal came meanwhile."""
+    _start(python, directory, key, env)
+    started = directory / f"{key}.started"
+    pid_file = directory / f"{key}.pid"
+    sock = directory / f"{key}.sock"
+    deadline = time.monotonic() + START_WAIT_S
+    while not sock.exists():
+        if signalled or not started.exists() or time.monotonic() > deadline:
+            return False
+        with contextlib.suppress(OSError, ValueError):  # no pid yet
+            if _ended(int(pid_file.read_text())):
+                return False  # its log (``<key>.log``) says why
+        time.sleep(0.05)
+    return True
+
+
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` is gone or a zombie (nobody may reap a zygote soon)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rindex(")") + 2 :].startswith(("Z", "X"))
+
+
 def _start(python: str, directory: Path, key: str, env: Mapping[str, str]) -> None:
     """Start the zygote for ``key`` in the background (once, and at most
-    :data:`MAX_ZYGOTES` in the session)."""
+    :data:`MAX_ZYGOTES` in the session); its pid goes to ``<key>.pid``."""
     if len(list(directory.glob("*.started"))) >= MAX_ZYGOTES:
         return
     try:
@@ -360,7 +414,7 @@ def _start(python: str, directory: Path, key: str, env: Mapping[str, str]) -> No
         return
     try:
         with open(directory / f"{key}.log", "ab") as log:
-            subprocess.Popen(
+            zygote_process = subprocess.Popen(
                 [python, "-m", "tests.helpers.forkserver", str(directory / f"{key}.sock")],
                 cwd=repo,
                 env={
@@ -374,6 +428,9 @@ def _start(python: str, directory: Path, key: str, env: Mapping[str, str]) -> No
                 stderr=log,
                 start_new_session=True,
             )
+        staging = directory / f"{key}.pid.new"
+        staging.write_text(str(zygote_process.pid))
+        staging.rename(directory / f"{key}.pid")
     finally:
         os._exit(0)
 

@@ -200,8 +200,9 @@ def pythonpath(env: Mapping[str, str]) -> str:
 
 
 def _child(request: dict[str, Any], base_path: list[str], fds: list[int] | None = None) -> None:
-    """In the forked child: become the script's process, start the hook, run the script.
-    Its stdin, stdout and stderr: ``fds`` (a caller's own, tests/helpers/forkserver.py),
+    """In the forked child: become the run's process, start the hook, run ``argv`` as the
+    interpreter would (``script.py ...``, ``-m module ...`` or ``-c code ...``). Its
+    stdin, stdout and stderr: ``fds`` (a caller's own, tests/helpers/forkserver.py),
     else nothing, and the request's log file."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)
@@ -215,17 +216,53 @@ def _child(request: dict[str, Any], base_path: list[str], fds: list[int] | None 
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    script = os.path.abspath(request["argv"][0])
+    argv = request["argv"]
     path = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:] = [os.path.dirname(script), *path, *base_path]
-    sys.argv[:] = [script, *request["argv"][1:]]
+    # sys.path[0] as the interpreter sets it: the script's directory, the working
+    # directory for -m, "" for -c.
+    if argv[0] == "-m":
+        first = os.getcwd()
+    elif argv[0] == "-c":
+        first = ""
+    else:
+        first = os.path.dirname(os.path.abspath(argv[0]))
+    sys.path[:] = [first, *path, *base_path]
     import runpy
 
     # What the interpreter's start-up does with trcomp's hook first on PYTHONPATH.
     hook = os.path.join(path[0], "sitecustomize.py") if path else ""
     if os.path.isfile(hook):
         runpy.run_path(hook, run_name="sitecustomize")
-    runpy.run_path(script, run_name="__main__")
+    if argv[0] == "-m":
+        sys.argv[:] = [argv[1], *argv[2:]]  # run_module puts the module's file first
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    elif argv[0] == "-c":
+        sys.argv[:] = ["-c", *argv[2:]]
+        import builtins
+        import importlib.machinery
+        import types
+
+        main = types.ModuleType("__main__")  # the zygote's own stays its functions' globals
+        main.__builtins__ = builtins  # type: ignore[attr-defined]
+        main.__loader__ = importlib.machinery.BuiltinImporter  # type: ignore[assignment]
+        sys.modules["__main__"] = main
+        exec(compile(argv[1], "<string>", "exec"), vars(main))
+    else:
+        script = os.path.abspath(argv[0])
+        sys.argv[:] = [script, *argv[1:]]
+        runpy.run_path(script, run_name="__main__")
+
+
+def exited(children: Mapping[int, object]) -> list[tuple[int, int]]:
+    """The ``children`` that have exited, each with its exit as ``subprocess`` says it.
+    Only these are reaped: another child (a compile worker torch started) is not ours."""
+    done = []
+    for pid in list(children):
+        with contextlib.suppress(ChildProcessError):
+            reaped, status = os.waitpid(pid, os.WNOHANG)
+            if reaped:
+                done.append((pid, os.waitstatus_to_exitcode(status)))
+    return done
 
 
 def _warm() -> None:
@@ -291,11 +328,7 @@ def _zygote() -> int:
                 running[pid] = request["id"]
                 out.write(json.dumps({"id": request["id"], "pid": pid}) + "\n")
                 out.flush()
-            while running:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-                if pid == 0:
-                    break
-                code = os.waitstatus_to_exitcode(status)
+            for pid, code in exited(running):
                 out.write(json.dumps({"id": running.pop(pid), "returncode": code}) + "\n")
                 out.flush()
     return 0
