@@ -86,8 +86,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         zygotes, forked, alone = forkserver.counts(forks)
     if zygotes + forked + alone:  # a run with no process-mode job says nothing
         terminalreporter.write_line(
-            f"Job training scripts (tests/helpers/forkserver.py): {forked} forked from "
-            f"{zygotes} zygotes, {alone} run as their own process"
+            f"Python runs of test jobs (scripts, -m, -c; tests/helpers/forkserver.py): "
+            f"{forked} forked from {zygotes} zygotes, {alone} run as their own process"
         )
     cache = config.stash.get(_CXX_CACHE, None)
     log = cache / "builds.log" if cache is not None else None

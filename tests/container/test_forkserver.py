@@ -37,6 +37,7 @@ print(json.dumps({
                                             "FORKSERVER_PYTHON_FOR_TESTS"}),
     "job_id": compiler_config.job_id,
     "preloaded": "torch._inductor.compile_fx" in sys.modules,
+    "sitecustomize": os.environ.get("SITE_RAN"),
 }))
 print("to stderr", file=sys.stderr)
 sys.exit(3)
@@ -124,12 +125,17 @@ def test_a_script_runs_forked_as_it_runs_alone(served) -> None:
 def test_a_module_and_c_code_run_forked_as_they_run_alone(served) -> None:
     code, env, _ = served
     shim_python = env["PYTHONEXECUTABLE"]
+    # A sitecustomize on PYTHONPATH, not in its first entry (the benchmark's workers).
+    (code / "site").mkdir(exist_ok=True)
+    (code / "site" / "sitecustomize.py").write_text("import os\nos.environ['SITE_RAN'] = '1'\n")
+    paths = {"PYTHONPATH": f"{code / 'nothing'}{os.pathsep}{code / 'site'}"}
     for argv in (["-m", "report", "--steps", "2"], ["-c", REPORT, "--steps", "2"]):
-        forked, forked_err, forked_code = run([shim_python, *argv], code, env)
-        own, own_err, own_code = alone(argv, code, env)
+        forked, forked_err, forked_code = run([shim_python, *argv], code, env, **paths)
+        own, own_err, own_code = alone(argv, code, env, **paths)
         assert forked.pop("preloaded") and not own.pop("preloaded")
         assert (forked, forked_err, forked_code) == (own, own_err, own_code)
     assert own["argv0"] == "-c" and own["path0"] == "" and own["main"] == ["__main__", None]
+    assert own["sitecustomize"] == "1"
 
 
 def test_other_import_time_variables_get_their_own_zygote_and_xla_ones_do_not(served) -> None:

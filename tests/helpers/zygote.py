@@ -229,9 +229,11 @@ def _child(request: dict[str, Any], base_path: list[str], fds: list[int] | None 
     sys.path[:] = [first, *path, *base_path]
     import runpy
 
-    # What the interpreter's start-up does with trcomp's hook first on PYTHONPATH.
-    hook = os.path.join(path[0], "sitecustomize.py") if path else ""
-    if os.path.isfile(hook):
+    # What the interpreter's start-up does with trcomp's hook on PYTHONPATH: it imports
+    # the first ``sitecustomize`` there (the zygote's own PYTHONPATH has none: pythonpath).
+    hooks = [os.path.join(p, "sitecustomize.py") for p in path]
+    hook = next((h for h in hooks if os.path.isfile(h)), None)
+    if hook is not None:
         runpy.run_path(hook, run_name="sitecustomize")
     if argv[0] == "-m":
         sys.argv[:] = [argv[1], *argv[2:]]  # run_module puts the module's file first
