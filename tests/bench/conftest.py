@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from tests.helpers import forkserver, vec_isa
+from tests.helpers import vec_isa
 
 # Variables that would point a measurement at the wrong compiler or cache.
 _COMPILER_VARS = (
@@ -27,33 +24,6 @@ _COMPILER_VARS = (
 # threads per process wait on each other at every op (an eager step of a tiny
 # model took 0.3 s instead of 1 ms). No test here is about threading.
 ONE_THREAD = ("OMP_NUM_THREADS", "1")
-
-
-@pytest.fixture(autouse=True)
-def forked_measurements(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The measurements the harness starts here (``python -m trcomp_bench.worker`` on this
-    interpreter) forked from a zygote that has imported torch, as the test jobs' runs are
-    (tests/helpers/forkserver.py): each starts with nothing compiled in memory and its
-    own cache directory, as a new process does. No test here is about the process
-    itself; ``make bench`` and ``make gpu-check``, and the tests that run them, still
-    start a new Python for each measurement."""
-    directory = os.environ.get(forkserver.DIR_ENV)
-    if not directory:
-        return
-    from trcomp_bench import harness
-
-    real = harness.run_capped
-
-    def capped(
-        command: Sequence[str], cap_s: float, *, env: Mapping[str, str] | None = None, **more: Any
-    ) -> Any:
-        if list(command[:3]) == [sys.executable, "-m", "trcomp_bench.worker"] and env is not None:
-            shim_env = forkserver.environment(Path(directory))
-            command = [shim_env["PYTHONEXECUTABLE"], *command[1:]]
-            env = {**env, **shim_env}
-        return real(command, cap_s, env=env, **more)
-
-    monkeypatch.setattr(harness, "run_capped", capped)
 
 
 @pytest.fixture
