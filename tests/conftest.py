@@ -31,8 +31,8 @@ _FORKSERVER = pytest.StashKey[Path]()
 def pytest_configure(config: pytest.Config) -> None:
     """Record per-test durations, choose the warm compile cache
     (tests/helpers/compile_cache.py), check inductor's CPU vector ISA once for the session
-    (tests/helpers/vec_isa.py), and put the kernel-build cache first on PATH
-    for every job.
+    (tests/helpers/vec_isa.py), let idle OpenMP threads sleep, and put the kernel-build
+    cache first on PATH for every job.
 
     Each test job compiles with its own empty compile cache, so inductor builds
     the same kernels again and again; the wrapper runs the real g++ once per
@@ -48,6 +48,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_COMPILE_CACHE] = made
     if not os.environ.get("PYTEST_XDIST_WORKER"):  # workers inherit the controller's
         vec_isa.probe(compile_cache.directory())
+        # OpenMP threads that end a parallel region sleep at once instead of spinning for
+        # the next: on two cores shared by three workers and their jobs, the spinning took
+        # CPU the others needed (docs/timings.md). The thread count, so every result, is
+        # the same. A value of the caller's own is kept.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         if os.environ.get("TRCOMP_TEST_FORKSERVER") != "off":
             # A short path: it holds Unix sockets (tests/helpers/forkserver.py).
             forks = Path(tempfile.mkdtemp(prefix="trcomp-fs-"))
