@@ -345,7 +345,9 @@ class Session:
 
     def _on_compile_start(self, args: Any) -> None:
         with self.guarded(lambda exc: self.warn(f"compile turns off: {exc}")):
-            self.turns.begin()  # the host's first rank compiles it first (bounded wait)
+            compile_id = getattr(args, "compile_id", None)
+            # The host's first rank compiles it first (bounded wait).
+            self.turns.begin(None if compile_id is None else str(compile_id))
         self.state.compile_started = time.perf_counter()
         if self.switch is not None:
 

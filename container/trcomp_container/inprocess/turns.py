@@ -4,11 +4,20 @@ Under torchrun every rank of a host traces and compiles the same graphs at the
 same moment, each cold, each competing for the same CPU cores, into one
 shared inductor cache (``TORCHINDUCTOR_CACHE_DIR`` is the job's, the same for
 every rank of a host). Here the compiles of a host's ranks take turns: at the
-start of its n-th compile (dynamo's start callback: a frame, or a backward
-compiled lazily) a rank other than the host's first (``LOCAL_RANK`` 0) waits
-until that rank finished its own n-th compile, then compiles, and finds
-inductor's and AOTAutograd's cache entries the first rank wrote (the record's
+start of a compile (dynamo's start callback: a frame, or a backward compiled
+lazily) a rank other than the host's first (``LOCAL_RANK`` 0) waits until that
+rank finished the same compile, then compiles, and finds inductor's and
+AOTAutograd's cache entries the first rank wrote (the record's
 ``compile.cache`` counts those hits).
+
+A compile is known by dynamo's compile id (``0/1``: the frame, and which of its
+compiles) and by how many compiles of that id began before it in this process
+(a frame's forward, then its backward compiled lazily). Not by a count of all
+compiles: a rank that loads a frame's forward and backward from the cache the
+first rank wrote never compiles that backward, and every later compile of its
+would pair with the wrong one of the first rank's (it did: rank 1 of FSDP2's
+corpus script compiled a backward cold). A callback without an id pairs by the
+count.
 
 No harm: nothing waits without a bound. A rank waits for the first rank to
 *begin* its n-th compile at most :data:`GRACE_S` (the ranks run in step, so it
@@ -31,7 +40,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -82,6 +91,10 @@ class Turns:
     a compile waits only when the first rank has begun it already."""
     _store: Any = None
     _off: bool = False
+    _seen: dict[str, int] = field(default_factory=dict)
+    """How many compiles of each compile id began in this process."""
+    _current: str = ""
+    """The name of the compile begun last (what :meth:`end` ends)."""
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> Turns:
@@ -98,8 +111,17 @@ class Turns:
         """Whether this is the host's first rank (it compiles without waiting)."""
         return self.local_rank == 0
 
-    def _key(self, index: int, what: str) -> str:
-        return f"trcomp/compile-turns/{self.node}/{index}/{what}"
+    def _key(self, name: str, what: str) -> str:
+        return f"trcomp/compile-turns/{self.node}/{name}/{what}"
+
+    def _name(self, index: int, compile_id: str | None) -> str:
+        """This compile's name in the store: its compile id and which of that id's
+        compiles it is (``0/1#0``, then ``0/1#1``); ``#<index>`` without an id."""
+        if not compile_id:
+            return f"#{index}"
+        seen = self._seen.get(compile_id, 0)
+        self._seen[compile_id] = seen + 1
+        return f"{compile_id}#{seen}"
 
     def _ready(self) -> bool:
         if self._off or self.local_world_size < 2:
@@ -114,21 +136,23 @@ class Turns:
                 return False
         return True
 
-    def begin(self) -> None:
-        """A compile begins: the first rank says so; another waits its turn (bounded)."""
+    def begin(self, compile_id: str | None = None) -> None:
+        """A compile begins (``compile_id``: dynamo's, as ``0/1``): the first rank says
+        so; another waits until the first rank ended the same compile (bounded)."""
         index = self.compiles
         self.compiles += 1
+        self._current = name = self._name(index, compile_id)
         if not self._ready():
             return
         if self.first:
-            self._store.set(self._key(index, "begun"), "1")
+            self._store.set(self._key(name, "begun"), "1")
             return
         left = self.max_wait_s - self.waited_s
         if left <= 0 or self.timed_out:  # the budget is spent
             self.alone += 1
             return
         started = time.perf_counter()
-        begun = self._key(index, "begun")
+        begun = self._key(name, "begun")
         try:
             if self.missed:
                 if not self._store.check([begun]):
@@ -143,7 +167,7 @@ class Turns:
                     return
             try:
                 spent = time.perf_counter() - started
-                self._store.wait([self._key(index, "ended")], _seconds(left - spent))
+                self._store.wait([self._key(name, "ended")], _seconds(left - spent))
                 self.waited += 1
             except RuntimeError:
                 self.timed_out += 1
@@ -153,7 +177,7 @@ class Turns:
     def end(self) -> None:
         """A compile ended: the first rank says so (the others may compile theirs now)."""
         if self.first and self._ready():
-            self._store.set(self._key(self.compiles - 1, "ended"), "1")
+            self._store.set(self._key(self._current, "ended"), "1")
 
     def as_dict(self) -> dict[str, Any] | None:
         """The record's ``compile.turns``; None when this host runs one rank."""

@@ -67,6 +67,29 @@ def test_a_rank_compiles_after_the_first_rank_finished_the_same_compile():
     }
 
 
+def test_a_backward_one_rank_loaded_from_the_cache_leaves_the_next_compiles_paired():
+    """Rank 0 compiled frame 0/0's forward, then its backward lazily; rank 1 loaded both
+    from the cache rank 0 wrote, so it never compiles that backward. Its compile of frame
+    0/1 waits for rank 0's compile of 0/1, not for rank 0's second compile (0/0's
+    backward, long ended): paired by count, rank 1 compiled 0/1's backward cold."""
+    first, other = pair()
+    for _ in ("forward", "backward"):
+        first.begin("0/0")
+        first.end()
+    other.begin("0/0")  # ended already: no wait, and no backward compile of 0/0 after it
+    first.begin("0/1")
+    order: list[str] = []
+    waiting = threading.Thread(target=lambda: (other.begin("0/1"), order.append("other")))
+    waiting.start()
+    waiting.join(0.5)
+    assert waiting.is_alive()  # rank 0 is still compiling 0/1
+    order.append("first ends 0/1")
+    first.end()
+    waiting.join()
+    assert order == ["first ends 0/1", "other"]
+    assert (other.compiles, other.waited, other.alone) == (2, 2, 0)
+
+
 def test_a_compile_the_first_rank_never_begins_is_compiled_at_once_after_the_grace():
     first, other = pair(grace_s=0.2)
     other.begin()  # rank 0 took another path: no compile 0 on its side
@@ -104,7 +127,7 @@ def test_a_store_client_holds_a_rank_at_most_the_wait_budget_over_the_whole_job(
     ends, or ends each just before the bound: all waits together stay within the budget."""
     _, other = pair(max_wait_s=0.4)
     for index in range(4):
-        other._store.set(other._key(index, "begun"), "1")
+        other._store.set(other._key(f"#{index}", "begun"), "1")
     waits = counted_waits(other)
     for _ in range(4):
         other.begin()
