@@ -20,6 +20,12 @@ after it), ``=<dir>`` uses that directory as it is.
 
 Tests that test a cold compile or the job's own cache are marked
 ``cold_compile`` and keep their own empty directories.
+
+Inductor's precompiled headers (``precompiled_headers/*.h.gch``, 123 MB each on torch
+2.9) are the exception to "loaded after that": each run from a clone in another folder
+wrote two new ones beside the old, about 240 MB a run. :func:`prune_headers` removes
+those no session has read or written for :data:`HEADER_KEEP_S`; a header inductor
+then misses it builds again (the tests' g++ wrapper hands the build back).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,6 +44,10 @@ ENV = "TRCOMP_TEST_COMPILE_CACHE"
 ROOT_ENV = "TRCOMP_TEST_COMPILE_CACHE_ROOT"
 # trcomp code that runs inside a compiling job and can change what it compiles.
 KEYED = [REPO / "container" / "trcomp_container", REPO / "sdk" / "trcomp" / "runtime"]
+HEADER_KEEP_S = 3 * 24 * 3600.0
+"""Precompiled headers unread and unwritten this long are removed. Reading one updates
+its access time at least once a day (Linux's default ``relatime``), so a header in use
+is never this old."""
 
 
 def default_root() -> Path:
@@ -82,8 +93,27 @@ def configure() -> Path | None:
             if old != target and old.name.startswith(prefix):
                 shutil.rmtree(old, ignore_errors=True)
     target.mkdir(parents=True, exist_ok=True)
+    prune_headers(target)
     os.environ[ENV] = str(target)
     return None
+
+
+def prune_headers(cache: Path, keep_s: float = HEADER_KEEP_S) -> list[Path]:
+    """Remove the precompiled headers in ``cache`` (each ``.h.gch`` with its ``.h``) that
+    were neither read nor written for ``keep_s`` seconds; returns what was removed."""
+    cutoff = time.time() - keep_s
+    removed: list[Path] = []
+    for built in sorted((cache / "precompiled_headers").glob("*.h.gch")):
+        try:
+            stat = built.stat()
+            if max(stat.st_atime, stat.st_mtime) >= cutoff:
+                continue
+            for path in (built, built.with_suffix("")):  # x.h.gch, then x.h
+                path.unlink(missing_ok=True)
+                removed.append(path)
+        except OSError:  # another session removed it first: nothing to do
+            continue
+    return removed
 
 
 def directory() -> Path:
