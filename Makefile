@@ -9,13 +9,21 @@ export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 
 install: $(VENV)/.installed
 
+# Each environment a clone builds from nothing is kept per machine (~/.cache/trcomp-tests/
+# venvs) and hard-linked into the next clean clone when nothing its install reads has
+# changed: the files named after `restore`, pip's configuration, the Python
+# (tests/helpers/venv_cache.py; TRCOMP_VENV_CACHE=off: always pip). `restore` exits 1
+# and leaves the environment to pip when it restored none.
+VENV_CACHE = $(PYTHON) tests/helpers/venv_cache.py
 $(VENV)/.installed: pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[container,hf,dev]"
-	# torch-xla 2.9.0 ships an older copy of `torchax`: the pinned torchax must win.
+	$(VENV_CACHE) restore install $(VENV) pyproject.toml Makefile || ( set -e; \
+	test -x $(PY) || $(PYTHON) -m venv $(VENV); \
+	$(PY) -m pip install -q --upgrade pip; \
+	$(PY) -m pip install -q -e ".[container,hf,dev]"; \
+	: "torch-xla 2.9.0 ships an older copy of torchax: the pinned torchax must win."; \
 	$(PY) -m pip install -q --no-deps --force-reinstall "$$($(PY) -c \
-		'import importlib.metadata as m; print(next(r.split(";")[0] for r in m.requires("trcomp") if r.startswith("torchax")))')"
+		'import importlib.metadata as m; print(next(r.split(";")[0] for r in m.requires("trcomp") if r.startswith("torchax")))')"; \
+	$(VENV_CACHE) save install $(VENV) pyproject.toml Makefile )
 	touch $@
 
 # torch 2.14 (framework_version="2.14") in its own environment: the 2.9 one has
@@ -30,12 +38,15 @@ install-214: $(VENV_214)/.installed
 
 $(VENV_214)/.installed: pyproject.toml sdk/trcomp/image/uris.py
 	test -n "$(TORCH_214)"
-	test -x $(PY_214) || $(PYTHON) -m venv $(VENV_214)
-	$(PY_214) -m pip install -q --upgrade pip
+	$(VENV_CACHE) restore install-214 $(VENV_214) pyproject.toml Makefile sdk/trcomp/image/uris.py \
+	|| ( set -e; \
+	test -x $(PY_214) || $(PYTHON) -m venv $(VENV_214); \
+	$(PY_214) -m pip install -q --upgrade pip; \
 	$(PY_214) -m pip install -q "torch==$(TORCH_214)" -e ".[sdk-v2,test,hf]" \
 		"$$(sed -n 's/^ *"\(sagemaker-training[^"]*\)",$$/\1/p' pyproject.toml)" \
-		"$$(sed -n 's/^ *"\(redis[^"]*\)",$$/\1/p' pyproject.toml)"
-	$(PY_214) -c "import torch; assert torch.__version__.split('+')[0] == '$(TORCH_214)', torch.__version__"
+		"$$(sed -n 's/^ *"\(redis[^"]*\)",$$/\1/p' pyproject.toml)"; \
+	$(PY_214) -c "import torch; assert torch.__version__.split('+')[0] == '$(TORCH_214)', torch.__version__"; \
+	$(VENV_CACHE) save install-214 $(VENV_214) pyproject.toml Makefile sdk/trcomp/image/uris.py )
 	touch $@
 
 # SageMaker SDK v3 (trcomp.v3.ModelTrainer) in its own environment: v2 and v3
@@ -45,9 +56,11 @@ PY_V3 := $(VENV_V3)/bin/python
 install-v3: $(VENV_V3)/.installed
 
 $(VENV_V3)/.installed: pyproject.toml
-	test -x $(PY_V3) || $(PYTHON) -m venv $(VENV_V3)
-	$(PY_V3) -m pip install -q --upgrade pip
-	$(PY_V3) -m pip install -q -e ".[sdk-v3,test]"
+	$(VENV_CACHE) restore install-v3 $(VENV_V3) pyproject.toml Makefile || ( set -e; \
+	test -x $(PY_V3) || $(PYTHON) -m venv $(VENV_V3); \
+	$(PY_V3) -m pip install -q --upgrade pip; \
+	$(PY_V3) -m pip install -q -e ".[sdk-v3,test]"; \
+	$(VENV_CACHE) save install-v3 $(VENV_V3) pyproject.toml Makefile )
 	touch $@
 
 # The v3 tests; V3_MARKS="container or not container" adds the Docker jobs.
