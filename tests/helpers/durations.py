@@ -127,16 +127,22 @@ def _count(values: Any) -> dict[str, int]:
 
 
 def _is_full_run(config: pytest.Config) -> bool:
-    """``make test``'s selection: the configured test paths, the default markers, no -k."""
-    args = [a for a in config.invocation_params.args if not a.startswith("-")]
-    flags = list(config.invocation_params.args)
+    return is_full_run(
+        list(config.invocation_params.args), config.option.markexpr, config.option.collectonly
+    )
+
+
+def is_full_run(flags: list[str], markexpr: str, collect_only: bool) -> bool:
+    """``make test``'s selection: the configured test paths, the default markers, no -k,
+    and tests that ran (a ``--collect-only`` run of everything ran none)."""
+    args = [a for a in flags if not a.startswith("-")]
     narrowed = any(a in flags for a in ("-k", "--lf", "--ff", "-x", "--sw")) or any(
         f.startswith(("-k", "--deselect")) for f in flags
     )
     default_marks = "not container and not upstream"
     # Values of -n/--dist/-m etc. are not paths: a full run names no path under tests/.
     paths = [a for a in args if Path(a.split("::")[0]).exists() and a.split("::")[0] != "."]
-    return not narrowed and not paths and config.option.markexpr == default_marks
+    return not (narrowed or paths or collect_only) and markexpr == default_marks
 
 
 class MarkNoter:
