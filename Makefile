@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	: "torch-xla 2.9.0 ships an older copy of torchax: the pinned torchax must win."; \
 	$(PY) -m pip install -q --no-deps --force-reinstall "$$($(PY) -c \
 		'import importlib.metadata as m; print(next(r.split(";")[0] for r in m.requires("trcomp") if r.startswith("torchax")))')"; \
-	$(VENV_CACHE) save install $(VENV) pyproject.toml Makefile )
+	$(VENV_CACHE) save $(VENV) )
 	touch $@
 
 # torch 2.14 (framework_version="2.14") in its own environment: the 2.9 one has
@@ -46,7 +46,7 @@ $(VENV_214)/.installed: pyproject.toml sdk/trcomp/image/uris.py
 		"$$(sed -n 's/^ *"\(sagemaker-training[^"]*\)",$$/\1/p' pyproject.toml)" \
 		"$$(sed -n 's/^ *"\(redis[^"]*\)",$$/\1/p' pyproject.toml)"; \
 	$(PY_214) -c "import torch; assert torch.__version__.split('+')[0] == '$(TORCH_214)', torch.__version__"; \
-	$(VENV_CACHE) save install-214 $(VENV_214) pyproject.toml Makefile sdk/trcomp/image/uris.py )
+	$(VENV_CACHE) save $(VENV_214) )
 	touch $@
 
 # SageMaker SDK v3 (trcomp.v3.ModelTrainer) in its own environment: v2 and v3
@@ -60,7 +60,7 @@ $(VENV_V3)/.installed: pyproject.toml
 	test -x $(PY_V3) || $(PYTHON) -m venv $(VENV_V3); \
 	$(PY_V3) -m pip install -q --upgrade pip; \
 	$(PY_V3) -m pip install -q -e ".[sdk-v3,test]"; \
-	$(VENV_CACHE) save install-v3 $(VENV_V3) pyproject.toml Makefile )
+	$(VENV_CACHE) save $(VENV_V3) )
 	touch $@
 
 # The v3 tests; V3_MARKS="container or not container" adds the Docker jobs.

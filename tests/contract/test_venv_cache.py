@@ -66,7 +66,7 @@ def build(
     env = source / ".venv"
     if not venv_cache.restore(kind, env, key_files(source), root=cache, create=create):
         pip_install(env, source)
-        venv_cache.save(kind, env, key_files(source), root=cache)
+        venv_cache.save(env)
     return env
 
 
@@ -147,7 +147,7 @@ def test_an_existing_environment_is_left_to_pip_and_not_saved(
     assert not venv_cache.restore("install", env, key_files(source), root=cache, create=create)
     assert not (site(env) / "__editable__.trcomp.pth").exists()
     pip_install(env, source)
-    assert not venv_cache.save("install", env, key_files(source), root=cache)
+    assert not venv_cache.save(env)
     assert "/a/" in (entry(cache) / "venv" / "bin" / SCRIPT).read_text()
 
 

@@ -28,7 +28,7 @@ Reuse is safe when the copy is what pip would build now:
 environment exists. The Makefile's install recipes call::
 
     python3 tests/helpers/venv_cache.py restore KIND VENV KEY_FILE...   # exit 0: restored
-    python3 tests/helpers/venv_cache.py save KIND VENV KEY_FILE...      # after pip's install
+    python3 tests/helpers/venv_cache.py save VENV                       # after pip's install
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ from typing import Any
 MAX_AGE_S = 7 * 24 * 3600
 ENV_SWITCH = "TRCOMP_VENV_CACHE"
 ENV_ROOT = "TRCOMP_VENV_CACHE_ROOT"
-# Written into an environment this module created from nothing; ``save`` keeps only those.
+# Written into an environment this module created from nothing, naming the entry it is
+# to become (its key, taken before pip ran); ``save`` keeps only those.
 FRESH = ".trcomp-built-from-nothing"
 META = "meta.json"
 SKIP = frozenset({FRESH, ".installed"})
@@ -194,7 +195,8 @@ def restore(
 ) -> bool:
     """Gives ``venv`` (absent) a copy of the cached environment of ``kind``; returns
     ``True`` when it did. Otherwise ``venv`` is left for pip: an existing one as it is,
-    an absent one created empty and marked as built from nothing, so :func:`save` keeps it.
+    an absent one created empty and marked as built from nothing, with the entry
+    :func:`save` is to keep it as.
     """
     venv = venv.absolute()
     if venv.exists():
@@ -226,7 +228,8 @@ def restore(
         _say(f"no {entry.name} in {root}: pip builds {venv.name}, then it is kept there")
     create(venv)
     if enabled():
-        (venv / FRESH).write_text("built from nothing by make; tests/helpers/venv_cache.py\n")
+        fresh = {"kind": kind, "entry": str(entry)}
+        (venv / FRESH).write_text(json.dumps(fresh) + "\n")
     return False
 
 
@@ -254,19 +257,18 @@ def _copy(entry: Path, venv: Path, meta: dict[str, Any]) -> str | None:
     return check(venv, clone)
 
 
-def save(kind: str, venv: Path, key_files: list[Path], *, root: Path | None = None) -> bool:
-    """Keeps ``venv`` as the cached environment of ``kind`` when :func:`restore` created
-    it from nothing; replaces the entries of ``kind`` with other keys. Returns whether it
-    saved. A cache that cannot be written costs the next clone an install, not this one."""
+def save(venv: Path) -> bool:
+    """Keeps ``venv`` as the entry :func:`restore` named when it created it from nothing;
+    replaces the entries of the same install with other keys. Returns whether it saved.
+    A cache that cannot be written costs the next clone an install, not this one."""
     venv = venv.absolute()
     marker = venv / FRESH
     if not marker.exists():
         return False
+    fresh = json.loads(marker.read_text())
     marker.unlink()
-    if not enabled():
-        return False
-    root = root or default_root()
-    entry = _entry(root, kind, key_files)
+    kind, entry = fresh["kind"], Path(fresh["entry"])
+    root = entry.parent
     building = root / f".{entry.name}.saving-{os.getpid()}"
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -294,14 +296,17 @@ def save(kind: str, venv: Path, key_files: list[Path], *, root: Path | None = No
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["restore", "save"])
-    parser.add_argument("kind", help="the install's name: install, install-214, install-v3")
-    parser.add_argument("venv", type=Path)
-    parser.add_argument("key_files", type=Path, nargs="*", help="files the install reads")
+    actions = parser.add_subparsers(dest="action", required=True)
+    restoring = actions.add_parser("restore", help="exit 0: restored; 1: left to pip")
+    restoring.add_argument("kind", help="the install's name: install, install-214, install-v3")
+    restoring.add_argument("venv", type=Path)
+    restoring.add_argument("key_files", type=Path, nargs="*", help="files the install reads")
+    saving = actions.add_parser("save", help="keep what pip built in what restore created")
+    saving.add_argument("venv", type=Path)
     args = parser.parse_args(argv)
     if args.action == "restore":
         return 0 if restore(args.kind, args.venv, args.key_files) else 1
-    save(args.kind, args.venv, args.key_files)
+    save(args.venv)
     return 0
 
 
