@@ -4,25 +4,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import compile_cache, durations, forkserver, vec_isa
+from tests.helpers import compile_cache, cxx_cache, durations, forkserver, vec_isa
 
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
 
-# tests/helpers/cxx/g++: inductor's CPU kernel builds, cached across the session's jobs.
-CXX_WRAPPERS = Path(__file__).resolve().parent / "helpers" / "cxx"
-CXX_CACHE_ENV = "CXX_CACHE_DIR_FOR_TESTS"
-CXX_LOG_ENV = "CXX_CACHE_LOG_FOR_TESTS"
-CXX_PYTHON_ENV = "CXX_WRAPPER_PYTHON_FOR_TESTS"  # the interpreter that runs the wrapper
-CXX_KEEP_S = 14 * 24 * 3600  # builds unused this long are removed at a session's start
 _CXX_CACHE = pytest.StashKey[Path]()
 _COMPILE_CACHE = pytest.StashKey[Path]()
 _FORKSERVER = pytest.StashKey[Path]()
@@ -58,30 +50,14 @@ def pytest_configure(config: pytest.Config) -> None:
             forks = Path(tempfile.mkdtemp(prefix="trcomp-fs-"))
             config.stash[_FORKSERVER] = forks
             os.environ[forkserver.DIR_ENV] = str(forks)
-    if os.environ.get("TRCOMP_TEST_CXX_CACHE") == "off" or CXX_CACHE_ENV in os.environ:
+    if os.environ.get("TRCOMP_TEST_CXX_CACHE") == "off" or cxx_cache.CACHE_ENV in os.environ:
         return
     cache = compile_cache.default_root().parent / "cxx"
     cache.mkdir(parents=True, exist_ok=True)
-    prune(cache, CXX_KEEP_S)
+    cxx_cache.prune(cache, cxx_cache.KEEP_S)
     session = Path(tempfile.mkdtemp(prefix="trcomp-cxx-log-"))  # this session's count
     config.stash[_CXX_CACHE] = session
-    os.environ[CXX_CACHE_ENV] = str(cache)
-    os.environ[CXX_LOG_ENV] = str(session / "builds.log")
-    os.environ[CXX_PYTHON_ENV] = getattr(sys, "_base_executable", sys.executable)
-    os.environ["PATH"] = f"{CXX_WRAPPERS}{os.pathsep}{os.environ.get('PATH', '')}"
-
-
-def prune(cache: Path, keep_s: float) -> None:
-    """Remove the builds no session has used for ``keep_s`` seconds (a hit touches its
-    ``.seconds`` file; a build and its ``.seconds`` share a name)."""
-    cutoff = time.time() - keep_s
-    for seconds in cache.glob("*.seconds"):
-        try:
-            if seconds.stat().st_mtime < cutoff:
-                for build in cache.glob(seconds.stem + ".*"):
-                    build.unlink(missing_ok=True)
-        except OSError:
-            pass
+    cxx_cache.configure(cache, session / "builds.log")
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import vec_isa
+from tests.helpers import cxx_cache, vec_isa
 from trcomp_bench import cli, gpu_h200, launch
 from trcomp_bench.backends import backend_env
 from trcomp_bench.harness import RunFailed, run_measurement
@@ -158,7 +158,8 @@ def gpu_script_gpt2(
     all (one warm-up step, 14 timed): what the hook's own eager-against-compiled
     measurement needs (warm-up 3, then windows of 4 compiled, 4 eager, 4 compiled).
     The jax engine's cache is the run's own (cold, then warm); the zero-code run's
-    inductor compiles go to the tests' warm cache (no assertion is about them being cold).
+    inductor compiles go to the tests' warm cache (no assertion is about them being cold),
+    its C++ builds through the tests' g++ wrapper (tests/helpers/cxx_cache.py).
     """
     jax = importlib.util.find_spec("torchax") is not None
     backends = "zero-code,jax-warm,jax" if jax else "zero-code"
@@ -170,7 +171,7 @@ def gpu_script_gpt2(
          "--backends", backends, "--steps", "14", "--warmup", "1", "--budget-s", "1500",
          "--out", str(out)],
         capture_output=True, text=True, timeout=1500,
-        env={"PATH": "/usr/bin:/bin", "USE_TORCH_XLA": "0",
+        env={**cxx_cache.environment("/usr/bin:/bin"), "USE_TORCH_XLA": "0",
              "PYTHONPATH": f"{sdk}:{container}", **ONE_THREAD, **vec_isa.environment(),
              "TORCHINDUCTOR_CACHE_DIR": str(warm_compile_cache)},
     )  # fmt: skip
