@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers import forkserver
 from trcomp.contract.config import TrainingCompilerConfig
 from trcomp.contract.runtime_config import RuntimeConfig
 from trcomp.runtime import compile_kwargs
@@ -91,9 +90,7 @@ def test_runtime_compile_and_an_hf_script_see_the_same_inductor_config(tmp_path:
         TORCHINDUCTOR_FX_GRAPH_CACHE="0",
         TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
     )
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=300
-    )
+    done = forkserver.run_python(["-c", PROBE], env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     runtime_script, hf_script = json.loads(done.stdout.strip().splitlines()[-1])
     assert runtime_script == hf_script
@@ -127,10 +124,9 @@ print(json.dumps({
 
 
 def _run_script(script: str, env: dict[str, str]) -> dict[str, Any]:
-    """Run ``script`` in a fresh interpreter with ``env``; the JSON it printed last."""
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
-    )
+    """Run ``script`` with ``env`` (forked as a job's script is: tests/helpers/forkserver.py);
+    the JSON it printed last."""
+    done = forkserver.run_python(["-c", script], env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result

@@ -182,7 +182,7 @@ def test_the_training_process_record_counts_the_refused_values_in_one_warning(
         "backend = remote_cache.RedisRemoteCacheBackend('trcomp-signing')\n"
         f"print('got', [backend.get({NAME!r} + f'-{{n}}') for n in range(3)])\n"
     )
-    child = run_hooked(tmp_path, code, extra_env=keyed.environment)
+    child = run_hooked(tmp_path, code, extra_env=keyed.environment, fork=True)
     assert child.returncode == 0, child.stderr[-3000:]
     assert "got [None, None, None]" in child.stdout  # was the attacker's bytes, three times
     (rank,) = summary.read_rank_records(tmp_path / "ranks")

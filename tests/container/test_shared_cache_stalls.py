@@ -384,7 +384,7 @@ def test_a_redis_that_stops_answering_mid_job_does_not_fail_the_compile(tmp_path
             ).to_env(),
             "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
         }
-        child = run_hooked(tmp_path, code, extra_env=env)
+        child = run_hooked(tmp_path, code, extra_env=env, fork=True)
     assert child.returncode == 0, child.stderr[-3000:]
     assert child.stdout.count("result") == 2
     assert child.stderr.count("stopped answering") == 1  # then off: no second wait
@@ -413,7 +413,7 @@ def test_the_hook_turns_on_the_remote_caches_of_the_handoff_and_nothing_else_doe
 
     env = redis_environment(parse_location("redis://cache-host:6379/0"), gpu=gpu)
     assert not set(TORCH_REMOTE_CACHE_ENV) & set(env)
-    hooked = run_hooked(tmp_path, _REMOTE_CACHE_CONFIG, extra_env=env)
+    hooked = run_hooked(tmp_path, _REMOTE_CACHE_CONFIG, extra_env=env, fork=True)
     assert hooked.returncode == 0, hooked.stderr[-2000:]
     fx, autograd, pgo, autotune, bundled = json.loads(hooked.stdout.strip().splitlines()[-1])
     assert fx is True and autograd is True and pgo is True

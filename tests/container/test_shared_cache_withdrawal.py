@@ -240,7 +240,7 @@ def test_the_training_process_record_counts_withdrawn_values(redis, raw, tmp_pat
         "backend = remote_cache.RedisRemoteCacheBackend('trcomp-withdraw')\n"
         f"print('got', [backend.get({NAME!r} + f'-{{n}}') for n in range(2)])\n"
     )
-    child = run_hooked(tmp_path, code, extra_env=job.environment)
+    child = run_hooked(tmp_path, code, extra_env=job.environment, fork=True)
     assert child.returncode == 0, child.stderr[-3000:]
     assert "got [None, b'new']" in child.stdout
     (rank,) = summary.read_rank_records(tmp_path / "ranks")

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import os
 import queue
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers import forkserver
 from tests.helpers.hook import run_hooked
 from trcomp_container.inprocess.stepclock import StepClock
 from trcomp_container.summary import steady_step_time
@@ -133,12 +132,10 @@ print(json.dumps({
 
 @pytest.mark.slow
 def test_hook_adds_no_graph_break_to_a_compiled_optimizer_step(tmp_path: Path) -> None:
-    hooked = run_hooked(tmp_path, COMPILED_STEP)
+    hooked = run_hooked(tmp_path, COMPILED_STEP, fork=True)
     assert hooked.returncode == 0, hooked.stderr
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRCOMP_")}
-    plain = subprocess.run(
-        [sys.executable, "-c", COMPILED_STEP], env=env, capture_output=True, text=True
-    )
+    plain = forkserver.run_python(["-c", COMPILED_STEP], env, capture_output=True, text=True)
     assert plain.returncode == 0, plain.stderr
 
     # The same dynamo counters with and without the hook: no extra graph break, no

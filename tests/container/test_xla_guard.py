@@ -44,7 +44,7 @@ def gpu_host_env(tmp_path: Path, config: TrainingCompilerConfig, backend) -> dic
 def test_xm_xla_device_on_a_gpu_host_stops_the_script_with_the_replacements(tmp_path, backend):
     config = TrainingCompilerConfig(enabled=backend is not None)
     code = (SCRIPTS / "native_xla.py").read_text()
-    done = run_hooked(tmp_path, code, extra_env=gpu_host_env(tmp_path, config, backend))
+    done = run_hooked(tmp_path, code, extra_env=gpu_host_env(tmp_path, config, backend), fork=True)
     assert done.returncode == 64, done.stderr[-2000:]
     assert "would train on the CPU while the GPUs sit idle" in done.stderr
     (path,) = (tmp_path / "ranks").glob("rank3-pid*.json")
@@ -62,7 +62,7 @@ def test_xm_xla_device_on_a_gpu_host_stops_the_script_with_the_replacements(tmp_
 def test_importing_torch_xla_on_a_gpu_host_is_still_allowed(tmp_path):
     # accelerate and transformers import torch-xla when it is installed.
     env = gpu_host_env(tmp_path, TrainingCompilerConfig(), "inductor")
-    done = run_hooked(tmp_path, "import torch_xla; print('imported')", extra_env=env)
+    done = run_hooked(tmp_path, "import torch_xla; print('imported')", extra_env=env, fork=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("imported")
 
@@ -81,6 +81,6 @@ def test_on_a_cpu_host_the_old_script_still_runs_under_torch_xla(tmp_path):
     )
     keep = ("TRCOMP_CONFIG", "TRCOMP_BACKEND", "PJRT_DEVICE", "XLA_FLAGS")
     code = "import torch_xla.core.xla_model as xm; print(xm.xla_device())"
-    done = run_hooked(tmp_path, code, extra_env={k: env[k] for k in keep if k in env})
+    done = run_hooked(tmp_path, code, extra_env={k: env[k] for k in keep if k in env}, fork=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "xla" in done.stdout

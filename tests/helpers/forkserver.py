@@ -72,6 +72,27 @@ def environment(directory: Path) -> dict[str, str]:
     }
 
 
+def run_python(
+    args: list[str], env: Mapping[str, str], **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run([python, *args], env=env, **kwargs)``, forked from the session's
+    zygote for ``env``'s import-time variables where the session has a fork server and the
+    shim would fork it (:func:`forkable`), as the tests' jobs are.
+
+    For a child whose test checks what it does once Python has started (the hook's
+    callbacks, a compile, what a script prints), not how the interpreter starts: a
+    ``-I``/``-S`` run, a ``sitecustomize`` of the image's own or an import order the test
+    is about needs a new interpreter (``subprocess.run`` itself). A fork saves the
+    child's import of torch's compiler stack (2-3 CPU-seconds here), once a signature's
+    zygote is up.
+    """
+    directory = os.environ.get(DIR_ENV)
+    if not directory or not forkable(args):
+        return subprocess.run([sys.executable, *args], env=env, **kwargs)
+    shim_env = {**env, **environment(Path(directory))}
+    return subprocess.run([str(installed_shim()), *args], env=shim_env, **kwargs)
+
+
 def installed_shim() -> Path:
     """The shim as a link next to this interpreter: Python finds its virtual environment
     (``pyvenv.cfg``) from the directory of ``sys.executable``, here the shim's."""

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers import forkserver
 from trcomp_container.environment import HOOK_DIR
 
 # The hook imports ``trcomp_container`` and ``trcomp``: the child takes them from this
@@ -26,12 +27,25 @@ CHECKOUT = _CHECKOUT
 
 
 def run_hooked(
-    tmp_path: Path, code: str, extra_path: str = "", extra_env: dict[str, str] | None = None
+    tmp_path: Path,
+    code: str,
+    extra_path: str = "",
+    extra_env: dict[str, str] | None = None,
+    *,
+    fork: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a Python child with the hook on, as rank 3, metrics under tmp_path."""
+    """Run ``code`` in a Python child with the hook on, as rank 3, metrics under tmp_path.
+
+    ``fork``: the child is forked from the session's zygote, the hook started as
+    ``sitecustomize`` would (tests/helpers/forkserver.py ``run_python``), for a test about
+    what the hook does once started; the hook's own start (an import order, another
+    ``sitecustomize``) is tested in a new interpreter, the default.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRCOMP_")}
     env.update(extra_env or {})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOK_DIR), extra_path, *_CHECKOUT]))
     env["TRCOMP_METRICS_DIR"] = str(tmp_path / "ranks")
     env["RANK"] = "3"
+    if fork:
+        return forkserver.run_python(["-c", code], env, capture_output=True, text=True)
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import forkserver
 from tests.helpers.hook import run_hooked
 from trcomp.contract.runtime_config import RuntimeConfig
 from trcomp_container.inprocess.ledger import Ledger
@@ -127,13 +126,13 @@ def test_after_close_the_process_is_as_if_the_hook_never_ran(tmp_path: Path):
         inductor_options={"fallback_random": True},
     )
     env = {**config.to_env(), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    hooked = run_hooked(tmp_path, SCRIPT.replace("sys.argv", "['--hooked']"), extra_env=env)
+    hooked = run_hooked(
+        tmp_path, SCRIPT.replace("sys.argv", "['--hooked']"), extra_env=env, fork=True
+    )
     assert hooked.returncode == 0, hooked.stderr[-3000:]
     plain_env = {k: v for k, v in os.environ.items() if not k.startswith("TRCOMP_")}
     plain_env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
-    plain = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=plain_env, capture_output=True, text=True
-    )
+    plain = forkserver.run_python(["-c", SCRIPT], plain_env, capture_output=True, text=True)
     assert plain.returncode == 0, plain.stderr[-3000:]
     after, before = _state(hooked.stdout), _state(plain.stdout)
     assert after["stays"] == ["atexit: the record"]
