@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import forkserver
 from trcomp.config import TrainingCompilerConfig
 from trcomp_container.backends import resolve_engine
 from trcomp_container.devices import Devices
@@ -164,8 +163,9 @@ def test_no_job_environment_makes_torch_xla_guess_its_device(tmp_path):
     base = {k: v for k, v in os.environ.items() if not k.startswith(("TRCOMP_", "SM_"))}
     for name in ("USE_TORCH_XLA", "PJRT_DEVICE"):
         base.pop(name, None)
-    guessed = subprocess.run(
-        [sys.executable, "-c", "import accelerate"], env=base, capture_output=True, text=True
+    # Forked as the jobs' scripts are (torch imported, not torch-xla: tests/helpers/forkserver.py).
+    guessed = forkserver.run_python(
+        ["-c", "import accelerate"], base, capture_output=True, text=True
     )
     assert "Defaulting to PJRT_DEVICE" in guessed.stderr  # what a bare environment prints
     cases = [
@@ -176,8 +176,8 @@ def test_no_job_environment_makes_torch_xla_guess_its_device(tmp_path):
     ]
     for config, backend in cases:
         env = env_for(config, backend, base={**base, "TRCOMP_METRICS_DIR": str(tmp_path)})
-        done = subprocess.run(
-            [sys.executable, "-c", "import accelerate"], env=env, capture_output=True, text=True
+        done = forkserver.run_python(
+            ["-c", "import accelerate"], env, capture_output=True, text=True
         )
         assert done.returncode == 0, done.stderr[-2000:]
         assert "PJRT_DEVICE" not in done.stderr, (config, done.stderr[-2000:])
