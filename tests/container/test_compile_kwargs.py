@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +92,11 @@ def test_runtime_compile_and_an_hf_script_see_the_same_inductor_config(tmp_path:
         TORCHINDUCTOR_FX_GRAPH_CACHE="0",
         TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
     )
-    done = forkserver.run_python(["-c", PROBE], env, capture_output=True, text=True, timeout=300)
+    # Its own interpreter: the only child with TORCHINDUCTOR_FX_GRAPH_CACHE=0, which would
+    # take a zygote of its own (tests/helpers/forkserver.py MAX_ZYGOTES) for one run.
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     runtime_script, hf_script = json.loads(done.stdout.strip().splitlines()[-1])
     assert runtime_script == hf_script

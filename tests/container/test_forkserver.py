@@ -105,6 +105,25 @@ def start_waiting(code: Path, env: dict[str, str], pid_file: Path) -> tuple[subp
     return waits, int(pid_file.read_text())
 
 
+def test_run_python_forks_what_the_shim_forks_and_starts_the_rest(
+    served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, env, _ = served
+    plain = {k: v for k, v in env.items() if k not in forkserver.SHIM_ENV}
+    preloaded = "import sys; print('torch._inductor.compile_fx' in sys.modules)"
+
+    def run(args: list[str]) -> str:
+        done = forkserver.run_python(args, plain, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    monkeypatch.setenv(forkserver.DIR_ENV, env[forkserver.DIR_ENV])
+    assert run(["-c", preloaded]) == "True"  # the served zygote's child
+    assert run(["-I", "-c", preloaded]) == "False"  # an interpreter option: its own process
+    monkeypatch.delenv(forkserver.DIR_ENV)
+    assert run(["-c", preloaded]) == "False"  # a session without the fork server
+
+
 def test_a_script_runs_forked_as_it_runs_alone(served) -> None:
     code, env, (first, first_err, first_code) = served
     forked, forked_err, forked_code = report(code, env, MINE="x", TORCH_COMPILE_JOB_ID="job-b")
