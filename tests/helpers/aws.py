@@ -33,6 +33,7 @@ __all__ = [
     "MotoServer",
     "aws_environment",
     "aws_error_server",
+    "complete_lines",
     "create_bucket",
     "create_sagemaker_role",
     "moto_server",
@@ -68,6 +69,19 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def complete_lines(recording: str) -> list[str]:
+    """The recording's entries that moto has finished writing.
+
+    moto records a request before it answers it, writing the entry and then its
+    newline, and an entry longer than the file's buffer reaches the file in pieces. A
+    request still in flight while the recording is read (another SDK thread's) can so
+    leave a last line without its newline, cut anywhere; every request that has been
+    answered is complete above it.
+    """
+    complete, _, _in_flight = recording.rpartition("\n")
+    return complete.splitlines()
+
+
 @dataclass
 class MotoServer:
     """A running ``moto.server`` process and helpers to read what it received."""
@@ -91,7 +105,7 @@ class MotoServer:
     def requests(self, target: str | None = None) -> list[dict[str, Any]]:
         """Recorded requests, each with its decoded ``body`` (optionally one X-Amz-Target)."""
         found = []
-        for line in self.api("/moto-api/recorder/download-recording").decode().splitlines():
+        for line in complete_lines(self.api("/moto-api/recorder/download-recording").decode()):
             entry = json.loads(line)
             if target and entry["headers"].get("X-Amz-Target") != target:
                 continue
