@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +59,16 @@ def pytest_configure(config: pytest.Config) -> None:
     session = Path(tempfile.mkdtemp(prefix="trcomp-cxx-log-"))  # this session's count
     config.stash[_CXX_CACHE] = session
     cxx_cache.configure(cache, session / "builds.log")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A process that runs torch tests (each xdist worker, or pytest without workers)
+    checks inductor's CPU vector ISAs once, in forks of itself
+    (tests/helpers/vec_isa.py), before its first in-process compile would."""
+    config = session.config
+    controller = not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", 0)
+    if not controller and "torch" in sys.modules and session.items:
+        vec_isa.pick_in_this_process()
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import forkserver
 from trcomp_bench.gpu_check import BUDGET_S, CHECKS
 from trcomp_bench.runs import Job, ResultLog, run_capped, run_jobs
 
@@ -89,6 +90,8 @@ def test_gpu_check_dry_run_passes_on_cpu(
     keeps its own empty cache), so the compiles go to the tests' warm cache."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRCOMP_", "MAKE"))}
     env["OMP_NUM_THREADS"] = "1"  # one intra-op thread per child: see conftest.ONE_THREAD
+    if env.get(forkserver.DIR_ENV):  # its Python children forked (tests/helpers/forkserver.py)
+        env.update(forkserver.environment(Path(env[forkserver.DIR_ENV])))
     args = f"--dry-run --steps 3 --compile-cache {warm_compile_cache}"
     proc = subprocess.run(
         ["make", "-s", "gpu-check", f"GPU_PY={sys.executable}",

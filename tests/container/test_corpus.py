@@ -5,8 +5,9 @@ says which). It runs as a child process, in the environment the
 container builds (``build_environment``, so the real start-up hook): forked from
 the worker's zygote, a process that has already imported torch's compiler stack
 (tests/helpers/zygote.py: the hook then starts as at start-up and runs its import
-callbacks at once), or, for two ranks or an environment the zygote was not started
-with, a new process; under the
+callbacks at once), or, for an environment the zygote was not started with, a new
+process (two ranks: torchrun, its ranks forked by the session's fork server,
+tests/helpers/forkserver.py); under the
 default ``TrainingCompilerConfig()`` resolved for this CPU host (inductor), and
 is held against its run with the compiler off. The off run is plain eager
 PyTorch, so it is stored (tests/container/corpus_off/, made by ``make
@@ -53,7 +54,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import corpus_off, jobs, zygote
+from tests.helpers import corpus_off, forkserver, jobs, zygote
 from tests.helpers.records import RANKS, compilations, read_records, records_in_members
 from trcomp import TrainingCompilerConfig
 from trcomp_container.backends import resolve_backend, resolve_engine
@@ -242,12 +243,17 @@ def start(
 ) -> Any:
     """Start ``script`` as the container would run it under ``config``, on this CPU host:
     forked from ``fork`` when its environment allows (tests/helpers/zygote.py), else a
-    new process (and always one for two ranks: torchrun starts them)."""
+    new process; two ranks under torchrun, forked by the session's fork server where
+    there is one (``TRCOMP_TEST_ZYGOTE=off``: new processes too)."""
     env = environment(base, config, cache)
     command = [sys.executable, str(CORPUS / script)]
     child: Any = None
     if TWO_RANKS in (CORPUS / script).read_text():
         command[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+        if fork is not None and os.environ.get(forkserver.DIR_ENV):
+            # torchrun runs for real; its ranks are forked (tests/helpers/forkserver.py).
+            command[0] = str(forkserver.installed_shim())
+            env.update(forkserver.environment(Path(os.environ[forkserver.DIR_ENV])))
     elif fork is not None:
         child = fork.start(command, env, base, base / "output.log")
     if child is None:

@@ -210,3 +210,40 @@ def test_a_killed_shim_takes_its_forked_script_with_it(served, tmp_path: Path) -
     while Path(f"/proc/{script}").exists():
         assert time.monotonic() < deadline, "the forked script outlived its shim"
         time.sleep(0.1)
+
+
+RANKED = """
+import json, os, sys
+streams = [sys.stdout, sys.stderr]
+print(json.dumps({
+    "rank": os.environ.get("RANK"),
+    "preloaded": "torch._inductor.compile_fx" in sys.modules,
+    "streams": [[type(s.buffer).__name__, s.write_through, s.line_buffering] for s in streams],
+    "dunder": sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__,
+    "shim_vars": sorted(set(os.environ) & {"PYTHONEXECUTABLE", "FORKSERVER_DIR_FOR_TESTS",
+                                            "FORKSERVER_PYTHON_FOR_TESTS"}),
+}))
+"""
+
+
+def test_torchruns_workers_run_forked_with_unbuffered_streams_as_python_u(served) -> None:
+    """torchrun (``-m torch.distributed.run``) runs for real with the shim as its
+    ``sys.executable``; its workers (``python -u script``) are forked, their stdout and
+    stderr unbuffered as ``-u`` makes them, whatever the zygote's were."""
+    code, env, _ = served
+    (code / "ranked.py").write_text(RANKED)
+    env = {k: v for k, v in env.items() if k != "PYTHONUNBUFFERED"}
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    done = subprocess.run(
+        [env["PYTHONEXECUTABLE"], *launcher, "ranked.py"],
+        env=env, cwd=code, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    ranks = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert sorted(r.pop("rank") for r in ranks) == ["0", "1"]
+    own, _, _ = alone(["-u", "ranked.py"], code, env)
+    assert own.pop("rank") is None and own.pop("preloaded") is False
+    for forked in ranks:
+        assert forked.pop("preloaded") is True
+        assert forked == own
+    assert own["streams"] == [["FileIO", True, False]] * 2 and own["shim_vars"] == []

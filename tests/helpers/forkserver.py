@@ -18,8 +18,10 @@ child.
 
 A signature's first run starts its zygote and waits for it (it would import the same
 modules itself). Anything else runs in the real interpreter, as it would without the
-shim: an interpreter option (torchrun's ``-u`` workers), ``-m torch.distributed.run``,
-a session that has :data:`MAX_ZYGOTES` already, a zygote that failed to start. A
+shim: an interpreter option other than ``-u`` (torchrun's workers, forked with their
+streams unbuffered), ``-m torch.distributed.run`` (with the shim as its
+``sys.executable``, so that its workers come back to it), a session that has
+:data:`MAX_ZYGOTES` already, a zygote that failed to start. A
 zygote exits when the session's directory is gone or after :data:`IDLE_S` idle
 seconds.
 ``TRCOMP_TEST_FORKSERVER=off``: no shim, every script a new process.
@@ -58,7 +60,10 @@ PER_RUN = zygote.PER_RUN | {"TORCHINDUCTOR_CACHE_DIR", *JOB_ID_ENV}
 # run imports in its fork, with its own environment: each XLA job has its own
 # XLA_PERSISTENT_CACHE_PATH, and would otherwise need a zygote of its own.
 READ_LATER = ("XLA", "PJRT", "USE_TORCH_XLA", "JAX", "HF_", "TRANSFORMERS")
-MAX_ZYGOTES = 6  # each holds torch's compiler stack in memory (0.7-0.8 GB seen)
+# What torchrun gives each worker beside its rank (torch.distributed.elastic's agent): read
+# when used (the error file, the run id), so the workers of every torchrun share a zygote.
+PER_WORKER = ("TORCHELASTIC_", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+MAX_ZYGOTES = 9  # each holds torch's compiler stack in memory (0.7-0.8 GB seen)
 START_WAIT_S = 120  # the longest a run waits for its zygote to import
 NOT_FORKED_MODULES = frozenset({"torch.distributed.run"})
 
@@ -118,6 +123,7 @@ def _read_at_import(env: Mapping[str, str], per_run: frozenset[str] = PER_RUN) -
         for name, value in env.items()
         if name.startswith(zygote.IMPORT_TIME)
         and not name.startswith(READ_LATER)
+        and not name.startswith(PER_WORKER)
         and name not in per_run
         and name not in SHIM_ENV
     }
@@ -308,13 +314,20 @@ def shim(argv: list[str]) -> None:
             _exit_as(code)
         with contextlib.suppress(OSError), open(Path(directory, "alone.txt"), "a") as alone:
             alone.write(f"{' '.join(argv[:2])[:200]!r}\n")  # counted (:func:`counts`)
+    elif directory and argv[:2] == ["-m", "torch.distributed.run"]:
+        # torchrun itself runs for real, with the shim as its sys.executable: its workers
+        # (``shim -u script``) are forked.
+        env = dict(os.environ)
     os.execve(python, [python, *argv], env)
 
 
 def forkable(argv: list[str]) -> bool:
     """Whether the shim asks a zygote to run ``python argv...``: a script, ``-m module``
     (not torchrun's launcher: its workers and signals are what its tests check) or
-    ``-c code``, with no interpreter option before it."""
+    ``-c code``, with no interpreter option before it but ``-u`` (torchrun starts its
+    workers so; the child's stdout and stderr are then unbuffered, as ``-u`` makes them)."""
+    if argv[:1] == ["-u"]:
+        argv = argv[1:]
     if len(argv) >= 2 and argv[0] == "-m":
         return argv[1] not in NOT_FORKED_MODULES
     if len(argv) >= 2 and argv[0] == "-c":

@@ -23,22 +23,27 @@ never get the setting: they check as a user's job does.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ENV = "TORCHINDUCTOR_VEC_ISA_OK"
 SETTING = "TRCOMP_TEST_VEC_ISA"
 _PROBE = """
 import json
 from torch._inductor import config, cpu_vec_isa
-checked = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]
+valid = cpu_vec_isa.valid_vec_isa_list()
+checked = [str(isa) for isa in valid]
+flags = [isa.build_arch_flags() for isa in valid]
 config.cpp.vec_isa_ok = True
 reported = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]
-print(json.dumps({"checked": checked, "reported": reported}))
+print(json.dumps({"checked": checked, "flags": flags, "reported": reported}))
 """
 
 
@@ -73,7 +78,7 @@ def probe(directory: Path) -> bool:
     result = None
     try:
         stored = json.loads(kept.read_text())
-        if stored.get("machine") == machine:
+        if stored.get("machine") == machine and "flags" in stored["result"]:
             result = stored["result"]
     except (OSError, ValueError, KeyError):
         pass
@@ -96,6 +101,82 @@ def probe(directory: Path) -> bool:
     return same
 
 
+def recorded(directory: Path) -> dict[str, Any] | None:
+    """The real check's result :func:`probe` keeps in ``directory`` for this CPU and
+    Python (a test sees the tests' g++ wrapper first on ``PATH``, the probe the real one)."""
+    try:
+        stored = json.loads((directory / "vec-isa.json").read_text())
+    except (OSError, ValueError):
+        return None
+    machine, here = stored.get("machine", {}), _machine()
+    same = all(machine.get(name) == here[name] for name in ("flags", "python"))
+    return stored.get("result") if same else None
+
+
 def environment() -> dict[str, str]:
     """The setting for a job's environment, when this session's probe allowed it."""
     return {ENV: "1"} if os.environ.get(ENV) == "1" else {}
+
+
+FORKED_LOADS = [0]  # load checks this process ran in a fork of itself (pick_in_this_process)
+_LOADED = re.compile(r'\bcdll\.LoadLibrary\("(?P<path>[^"]+)"\)\s*$')
+
+
+class _ForkedLoad:
+    """``subprocess`` for inductor's ISA module while :func:`pick_in_this_process` runs:
+    the load check (``python -c "import torch ... cdll.LoadLibrary(path)"``) done in a
+    fork of this process, which has imported torch; anything else as ``subprocess``."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.forked = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def check_call(self, args: Any, **kwargs: Any) -> int:
+        code = args[2] if isinstance(args, list) and len(args) == 3 and args[1] == "-c" else ""
+        found = _LOADED.search(code) if "import torch" in code else None
+        if found is None:
+            return int(self._real.check_call(args, **kwargs))
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (the child leaves at once)
+            try:
+                ctypes.cdll.LoadLibrary(found["path"])
+            except BaseException:
+                os._exit(1)
+            os._exit(0)
+        self.forked += 1
+        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        if status != 0:
+            raise subprocess.CalledProcessError(status, args)
+        return 0
+
+
+def pick_in_this_process() -> int:
+    """Inductor's ``pick_vec_isa()`` for this process (it keeps the answer), with each
+    build's load check in a fork of it rather than a new Python that imports torch; the
+    number of forks.
+
+    With :data:`ENV` set, inductor still checks what the CPU reports beyond its base ISAs
+    (AVX-512's bf16, AMX tiles, AMX fp16) by building a kernel and loading it in a new
+    Python: three Python starts that each import torch (1.6 CPU-seconds each here) in
+    every process that compiles, on a CPU that has them. A fork of a process that has
+    imported torch loads the same library against the same torch, so it answers the
+    same: the zygotes (tests/helpers/zygote.py) and the xdist workers do this once, and
+    their forks and in-process compiles keep the answer. ``TRCOMP_TEST_VEC_ISA=check``:
+    nothing done here, inductor checks as it would.
+    """
+    if os.environ.get(SETTING) == "check":
+        return 0
+    from torch._inductor import cpu_vec_isa
+
+    real = cpu_vec_isa.subprocess
+    forked = _ForkedLoad(real)
+    cpu_vec_isa.subprocess = forked  # type: ignore[assignment]
+    try:
+        cpu_vec_isa.pick_vec_isa()
+    finally:
+        cpu_vec_isa.subprocess = real
+    FORKED_LOADS[0] += forked.forked
+    return forked.forked

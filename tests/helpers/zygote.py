@@ -24,6 +24,7 @@ the signal that ended it, as ``subprocess`` says).
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import selectors
@@ -217,6 +218,9 @@ def _child(request: dict[str, Any], base_path: list[str], fds: list[int] | None 
     os.environ.clear()
     os.environ.update(request["env"])
     argv = request["argv"]
+    if argv[0] == "-u":  # as the interpreter's -u: stdout and stderr unbuffered
+        argv = argv[1:]
+        _unbuffered()
     path = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
     # sys.path[0] as the interpreter sets it: the script's directory, the working
     # directory for -m, "" for -c.
@@ -255,6 +259,21 @@ def _child(request: dict[str, Any], base_path: list[str], fds: list[int] | None 
         runpy.run_path(script, run_name="__main__")
 
 
+def _unbuffered() -> None:
+    """``sys.stdout`` and ``sys.stderr`` as ``python -u`` makes them: no buffer under the
+    text layer, every write passed through."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        stream = io.TextIOWrapper(
+            io.FileIO(fd, "w", closefd=False),
+            encoding=old.encoding,
+            errors=old.errors,
+            write_through=True,
+        )
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
 def exited(children: Mapping[int, object]) -> list[tuple[int, int]]:
     """The ``children`` that have exited, each with its exit as ``subprocess`` says it.
     Only these are reaped: another child (a compile worker torch started) is not ours."""
@@ -269,11 +288,14 @@ def exited(children: Mapping[int, object]) -> list[tuple[int, int]]:
 
 def _warm() -> None:
     """What inductor works out once per process and keeps (``functools.cache``), the same
-    in every child: the CPU's vector ISAs (AVX-512's bf16 check starts a Python that
-    imports torch), the hashes of torch's source and of the system in its cache keys."""
-    from torch._inductor import codecache, cpu_vec_isa
+    in every child: the CPU's vector ISAs (each load check in a fork of this process:
+    tests/helpers/vec_isa.py), the hashes of torch's source and of the system in its
+    cache keys."""
+    from torch._inductor import codecache
 
-    cpu_vec_isa.pick_vec_isa()
+    from tests.helpers import vec_isa
+
+    vec_isa.pick_in_this_process()
     codecache.torch_key()
     codecache.CacheBase.get_system()
 
