@@ -68,7 +68,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     controller = not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", 0)
     if not controller and "torch" in sys.modules and session.items:
-        vec_isa.pick_in_this_process()
+        vec_isa.pick_in_this_process(compile_cache.directory())
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,31 +12,59 @@ import pytest
 
 from tests.helpers import compile_cache, vec_isa
 
+REPO = Path(__file__).resolve().parents[2]
+PICK = """
+import json, os, sys
+from pathlib import Path
+from tests.helpers import vec_isa
+from torch._inductor import cpu_vec_isa
+forked = vec_isa.pick_in_this_process(Path(sys.argv[1]))
+valid = cpu_vec_isa.valid_vec_isa_list()
+print(json.dumps({
+    "checked": [str(isa) for isa in valid],
+    "flags": [isa.build_arch_flags() for isa in valid],
+    "forked": forked,
+    "cache_env": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+    "built": sorted(p.suffix for p in Path(sys.argv[1]).rglob("*.so")),
+}))
+"""
 
-def test_the_forked_load_check_answers_as_inductors_own_check() -> None:
-    """This process checked its ISAs with forked load checks (conftest's
-    ``pytest_collection_finish``, or here); the session's probe ran inductor's own check, every
-    load in a new Python. Both pick the same ISAs with the same compiler flags (AVX-512's
-    bf16 and AMX show in the flags)."""
-    if os.environ.get(vec_isa.SETTING) == "check":
-        pytest.skip("TRCOMP_TEST_VEC_ISA=check: inductor checks in every process")
+
+def _check_imports_torch() -> None:
+    from torch._inductor.cpu_vec_isa import VecISA
+
+    if not VecISA._avx_py_load.lstrip().startswith("import torch"):
+        pytest.skip("this torch's load check starts no torch import (and keeps its answer)")
+
+
+def test_the_forked_load_check_answers_as_inductors_own_check(tmp_path: Path) -> None:
+    """A new process checks its ISAs with each load check in a fork of itself; the
+    session's probe ran inductor's own check, each load in a new Python. Both pick the
+    same ISAs with the same compiler flags (AVX-512's bf16 and AMX show in the flags),
+    and the process's ``TORCHINDUCTOR_CACHE_DIR`` is left unset, as it was."""
+    _check_imports_torch()
     real = vec_isa.recorded(compile_cache.directory())
     if real is None:
         pytest.skip("the session's probe did not run its check on this machine")
-    from torch._inductor import cpu_vec_isa
-
-    vec_isa.pick_in_this_process()  # done already where collection imported torch
+    env = {k: v for k, v in os.environ.items() if k != vec_isa.CACHE_ENV}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-c", PICK, str(tmp_path)],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert (seen["checked"], seen["flags"]) == (real["checked"], real["flags"])
     # Each ISA past the base ones (or every one, without the session's setting) was loaded.
     extra = any("bf16" in flags or "amx" in flags for flags in real["flags"])
-    assert vec_isa.FORKED_LOADS[0] > 0 or not (extra or os.environ.get(vec_isa.ENV) != "1")
-    valid = cpu_vec_isa.valid_vec_isa_list()
-    assert [str(isa) for isa in valid] == real["checked"]
-    assert [isa.build_arch_flags() for isa in valid] == real["flags"]
+    assert seen["forked"] > 0 or not (extra or env.get(vec_isa.ENV) != "1")
+    assert seen["cache_env"] is None and (seen["built"] or not seen["forked"])
 
 
 def test_the_load_check_forks_with_torchs_own_command_and_fails_as_it_would(
     tmp_path: Path,
 ) -> None:
+    _check_imports_torch()
     from torch._inductor.cpu_vec_isa import VecISA
 
     forked = vec_isa._ForkedLoad(subprocess)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 ENV = "TORCHINDUCTOR_VEC_ISA_OK"
+CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 SETTING = "TRCOMP_TEST_VEC_ISA"
 _PROBE = """
 import json
@@ -153,7 +154,7 @@ class _ForkedLoad:
         return 0
 
 
-def pick_in_this_process() -> int:
+def pick_in_this_process(cache: Path | None = None) -> int:
     """Inductor's ``pick_vec_isa()`` for this process (it keeps the answer), with each
     build's load check in a fork of it rather than a new Python that imports torch; the
     number of forks.
@@ -164,8 +165,12 @@ def pick_in_this_process() -> int:
     every process that compiles, on a CPU that has them. A fork of a process that has
     imported torch loads the same library against the same torch, so it answers the
     same: the zygotes (tests/helpers/zygote.py) and the xdist workers do this once, and
-    their forks and in-process compiles keep the answer. ``TRCOMP_TEST_VEC_ISA=check``:
-    nothing done here, inductor checks as it would.
+    their forks and in-process compiles keep the answer. Torch 2.14's check loads the
+    library without importing torch and keeps a marker of its answer: it runs as it is.
+    ``TRCOMP_TEST_VEC_ISA=check``: nothing done here, inductor checks as it would.
+
+    The check builds in ``TORCHINDUCTOR_CACHE_DIR``, else in ``cache``; inductor sets that
+    variable when it looks for its cache, so it is left as it was found.
     """
     if os.environ.get(SETTING) == "check":
         return 0
@@ -173,10 +178,17 @@ def pick_in_this_process() -> int:
 
     real = cpu_vec_isa.subprocess
     forked = _ForkedLoad(real)
+    found = os.environ.get(CACHE_ENV)
+    if found is None and cache is not None:
+        os.environ[CACHE_ENV] = str(cache)
     cpu_vec_isa.subprocess = forked  # type: ignore[assignment]
     try:
         cpu_vec_isa.pick_vec_isa()
     finally:
         cpu_vec_isa.subprocess = real
+        if found is None:
+            os.environ.pop(CACHE_ENV, None)
+        else:
+            os.environ[CACHE_ENV] = found
     FORKED_LOADS[0] += forked.forked
     return forked.forked
