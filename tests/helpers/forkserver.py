@@ -63,7 +63,7 @@ READ_LATER = ("XLA", "PJRT", "USE_TORCH_XLA", "JAX", "HF_", "TRANSFORMERS")
 # What torchrun gives each worker beside its rank (torch.distributed.elastic's agent): read
 # when used (the error file, the run id), so the workers of every torchrun share a zygote.
 PER_WORKER = ("TORCHELASTIC_", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
-MAX_ZYGOTES = 9  # each holds torch's compiler stack in memory (0.7-0.8 GB seen)
+MAX_ZYGOTES = 11  # each holds torch's compiler stack in memory (0.7-0.8 GB seen)
 START_WAIT_S = 120  # the longest a run waits for its zygote to import
 NOT_FORKED_MODULES = frozenset({"torch.distributed.run"})
 
