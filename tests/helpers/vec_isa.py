@@ -15,8 +15,8 @@ picked, so compiled kernels do not change; the session then sets it for its
 workers and for the jobs it starts (``tests/helpers/jobs.job_env``). When they
 differ (a compiler without AVX-512, say), nothing is set and every process
 checks as before. The result is kept next to the warm compile cache (its key
-holds torch's version) with the CPU's flags and the compiler's identity, and
-read back by later sessions while those hold. ``TRCOMP_TEST_VEC_ISA=check``
+holds torch's version), one file per Python, with the CPU's flags and the compiler's
+identity, and read back by later sessions while those hold. ``TRCOMP_TEST_VEC_ISA=check``
 leaves every check to inductor. The Docker tests' jobs (make test-container)
 never get the setting: they check as a user's job does.
 """
@@ -24,6 +24,7 @@ never get the setting: they check as a user's job does.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import re
@@ -67,6 +68,14 @@ def _machine() -> dict[str, str]:
     return {"flags": flags, "compiler": identity, "python": sys.executable}
 
 
+def _record(directory: Path) -> Path:
+    """Where :func:`probe` keeps its result for this Python: one file per interpreter, so
+    sessions of two environments on one torch (make test, make test-sdk-lowest beside it
+    in .ci/run) do not take each other's record for a stale one."""
+    tag = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
+    return directory / f"vec-isa-{tag}.json"
+
+
 def probe(directory: Path) -> bool:
     """Whether every process of the session may skip the check; sets :data:`ENV` if so.
 
@@ -74,7 +83,7 @@ def probe(directory: Path) -> bool:
     """
     if os.environ.get(SETTING) == "check" or ENV in os.environ:
         return os.environ.get(ENV) == "1"
-    kept = directory / "vec-isa.json"
+    kept = _record(directory)
     machine = _machine()
     result = None
     try:
@@ -106,7 +115,7 @@ def recorded(directory: Path) -> dict[str, Any] | None:
     """The real check's result :func:`probe` keeps in ``directory`` for this CPU and
     Python (a test sees the tests' g++ wrapper first on ``PATH``, the probe the real one)."""
     try:
-        stored = json.loads((directory / "vec-isa.json").read_text())
+        stored = json.loads(_record(directory).read_text())
     except (OSError, ValueError):
         return None
     machine, here = stored.get("machine", {}), _machine()
