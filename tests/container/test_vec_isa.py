@@ -75,3 +75,35 @@ def test_the_load_check_forks_with_torchs_own_command_and_fails_as_it_would(
     assert forked.check_call(["true"]) == 0 and forked.forked == 1  # anything else: run
     with pytest.raises(subprocess.CalledProcessError):
         forked.check_call(["false"])
+
+
+def test_a_clean_clones_environment_reads_the_probes_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record holds the Python behind an environment, not the environment's own
+    path: another clone's ``.venv/bin/python`` (a link to the same interpreter) reads it
+    back and runs no probe; a record from another interpreter is probed again."""
+    monkeypatch.delenv(vec_isa.ENV, raising=False)
+    monkeypatch.delenv(vec_isa.SETTING, raising=False)
+    isas = ["avx512", "avx2"]
+    result = {"checked": isas, "flags": ["-mavx512f", "-mavx2"], "reported": isas}
+    (tmp_path / "vec-isa.json").write_text(
+        json.dumps({"machine": vec_isa._machine(), "result": result})
+    )
+    clone = tmp_path / "clone" / ".venv" / "bin"
+    clone.mkdir(parents=True)
+    (clone / "python").symlink_to(sys.executable)
+    monkeypatch.setattr(sys, "executable", str(clone / "python"))
+    probed: list[object] = []
+
+    def probe_run(*args: object, **kwargs: object) -> None:
+        probed.append(args)
+        raise subprocess.SubprocessError("not run here")
+
+    monkeypatch.setattr(vec_isa.subprocess, "run", probe_run)
+    assert vec_isa.probe(tmp_path) is True and probed == []
+    assert os.environ[vec_isa.ENV] == "1" and vec_isa.recorded(tmp_path) == result
+    monkeypatch.delenv(vec_isa.ENV)
+    other = {**vec_isa._machine(), "python": "/opt/other/python3"}
+    (tmp_path / "vec-isa.json").write_text(json.dumps({"machine": other, "result": result}))
+    assert vec_isa.probe(tmp_path) is False and len(probed) == 1  # probed again

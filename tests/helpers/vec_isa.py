@@ -15,16 +15,16 @@ picked, so compiled kernels do not change; the session then sets it for its
 workers and for the jobs it starts (``tests/helpers/jobs.job_env``). When they
 differ (a compiler without AVX-512, say), nothing is set and every process
 checks as before. The result is kept next to the warm compile cache (its key
-holds torch's version), one file per Python, with the CPU's flags and the compiler's
-identity, and read back by later sessions while those hold. ``TRCOMP_TEST_VEC_ISA=check``
-leaves every check to inductor. The Docker tests' jobs (make test-container)
-never get the setting: they check as a user's job does.
+holds torch's version) with the CPU's flags, the compiler's identity and the Python
+behind the environment, and read back by later sessions while those hold: a clean
+clone's session, and make test-sdk-lowest's beside make test, do not probe again.
+``TRCOMP_TEST_VEC_ISA=check`` leaves every check to inductor. The Docker tests' jobs
+(make test-container) never get the setting: they check as a user's job does.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import os
 import re
@@ -65,15 +65,13 @@ def _machine() -> dict[str, str]:
     except OSError:
         st = None
     identity = f"{compiler}:{st.st_ino}:{st.st_mtime_ns}" if st else compiler
-    return {"flags": flags, "compiler": identity, "python": sys.executable}
+    # The interpreter behind the environment: each clean clone has its own, from one Python
+    # and (in the compile cache's directory) one torch.
+    return {"flags": flags, "compiler": identity, "python": os.path.realpath(sys.executable)}
 
 
 def _record(directory: Path) -> Path:
-    """Where :func:`probe` keeps its result for this Python: one file per interpreter, so
-    sessions of two environments on one torch (make test, make test-sdk-lowest beside it
-    in .ci/run) do not take each other's record for a stale one."""
-    tag = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
-    return directory / f"vec-isa-{tag}.json"
+    return directory / "vec-isa.json"
 
 
 def probe(directory: Path) -> bool:
