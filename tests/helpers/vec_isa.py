@@ -36,6 +36,7 @@ from typing import Any
 
 ENV = "TORCHINDUCTOR_VEC_ISA_OK"
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+RECORD = "vec-isa.json"  # the probe's result, next to the warm compile cache
 SETTING = "TRCOMP_TEST_VEC_ISA"
 _PROBE = """
 import json
@@ -70,10 +71,6 @@ def _machine() -> dict[str, str]:
     return {"flags": flags, "compiler": identity, "python": os.path.realpath(sys.executable)}
 
 
-def _record(directory: Path) -> Path:
-    return directory / "vec-isa.json"
-
-
 def probe(directory: Path) -> bool:
     """Whether every process of the session may skip the check; sets :data:`ENV` if so.
 
@@ -81,7 +78,7 @@ def probe(directory: Path) -> bool:
     """
     if os.environ.get(SETTING) == "check" or ENV in os.environ:
         return os.environ.get(ENV) == "1"
-    kept = _record(directory)
+    kept = directory / RECORD
     machine = _machine()
     result = None
     try:
@@ -113,7 +110,7 @@ def recorded(directory: Path) -> dict[str, Any] | None:
     """The real check's result :func:`probe` keeps in ``directory`` for this CPU and
     Python (a test sees the tests' g++ wrapper first on ``PATH``, the probe the real one)."""
     try:
-        stored = json.loads(_record(directory).read_text())
+        stored = json.loads((directory / RECORD).read_text())
     except (OSError, ValueError):
         return None
     machine, here = stored.get("machine", {}), _machine()
@@ -126,7 +123,6 @@ def environment() -> dict[str, str]:
     return {ENV: "1"} if os.environ.get(ENV) == "1" else {}
 
 
-FORKED_LOADS = [0]  # load checks this process ran in a fork of itself (pick_in_this_process)
 _LOADED = re.compile(r'\bcdll\.LoadLibrary\("(?P<path>[^"]+)"\)\s*$')
 
 
@@ -197,5 +193,4 @@ def pick_in_this_process(cache: Path | None = None) -> int:
             os.environ.pop(CACHE_ENV, None)
         else:
             os.environ[CACHE_ENV] = found
-    FORKED_LOADS[0] += forked.forked
     return forked.forked
